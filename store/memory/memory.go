@@ -1,0 +1,365 @@
+// Package memory is the embedded, single-instance store: sharded maps of
+// expiring entries, bounded in size, swept by a janitor goroutine.
+//
+// It is the default when no Redis is configured. Everything it holds is
+// lost on restart and is not shared between processes, so run one
+// instance only. It imports nothing of Replayguard but the store contract.
+package memory
+
+import (
+	"context"
+	"hash/maphash"
+	"math"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/time/rate"
+
+	"github.com/replayguard/replayguard/store"
+)
+
+const shardCount = 256 // a power of two
+
+// Defaults for the options below.
+const (
+	DefaultMaxEntries      = 1_000_000
+	DefaultMaxLimiterKeys  = 100_000
+	DefaultJanitorInterval = time.Second
+)
+
+// Store is the in-memory store. Create it with New; the zero value is not
+// usable. It is safe for concurrent use.
+type Store struct {
+	max      int64
+	maxKeys  int64
+	interval time.Duration
+	now      func() time.Time
+	seed     maphash.Seed
+
+	shards [shardCount]shard
+	n      atomic.Int64 // entries held, live or expired-but-unswept
+	minExp atomic.Int64 // no held entry expires before this (unix ns)
+	sweep  sync.Mutex   // one reclaiming sweep at a time
+
+	limiters [shardCount]limShard
+	nLim     atomic.Int64
+
+	closed atomic.Bool
+	stop   chan struct{}
+	done   chan struct{}
+	once   sync.Once
+}
+
+type shard struct {
+	mu sync.Mutex
+	m  map[string]entry
+	_  [40]byte // keep shards on separate cache lines
+}
+
+type entry struct {
+	purpose, subject string
+	exp              int64 // unix ns
+}
+
+type limShard struct {
+	mu sync.Mutex
+	m  map[string]*rate.Limiter
+	_  [40]byte
+}
+
+var (
+	_ store.Store   = (*Store)(nil)
+	_ store.Limiter = (*Store)(nil)
+)
+
+// Option configures a Store.
+type Option func(*Store)
+
+// WithMaxEntries bounds how many tokens the store holds at once. Exactly
+// n live tokens fit; redeeming or expiry frees a slot; PutToken past the
+// bound returns store.ErrFull and never evicts a live token.
+// Defaults to DefaultMaxEntries (1,000,000); n <= 0 keeps the default.
+func WithMaxEntries(n int) Option {
+	return func(s *Store) {
+		if n > 0 {
+			s.max = int64(n)
+		}
+	}
+}
+
+// WithMaxLimiterKeys bounds how many rate-limiter keys (client IPs) are
+// tracked at once. When that many clients are all active, new clients are
+// refused until some go idle: memory stays bounded under an address spray.
+// Defaults to DefaultMaxLimiterKeys (100,000); n <= 0 keeps the default.
+func WithMaxLimiterKeys(n int) Option {
+	return func(s *Store) {
+		if n > 0 {
+			s.maxKeys = int64(n)
+		}
+	}
+}
+
+// WithJanitorInterval sets how often expired entries and idle limiters are
+// swept. Defaults to DefaultJanitorInterval (1s); d <= 0 keeps the default.
+func WithJanitorInterval(d time.Duration) Option {
+	return func(s *Store) {
+		if d > 0 {
+			s.interval = d
+		}
+	}
+}
+
+// WithClock replaces time.Now, for tests. Defaults to time.Now.
+func WithClock(now func() time.Time) Option {
+	return func(s *Store) {
+		if now != nil {
+			s.now = now
+		}
+	}
+}
+
+// New returns a running Store. Call Close to stop its janitor.
+func New(opts ...Option) *Store {
+	s := &Store{
+		max:      DefaultMaxEntries,
+		maxKeys:  DefaultMaxLimiterKeys,
+		interval: DefaultJanitorInterval,
+		now:      time.Now,
+		seed:     maphash.MakeSeed(),
+		stop:     make(chan struct{}),
+		done:     make(chan struct{}),
+	}
+	for _, o := range opts {
+		o(s)
+	}
+	for i := range s.shards {
+		s.shards[i].m = make(map[string]entry)
+		s.limiters[i].m = make(map[string]*rate.Limiter)
+	}
+	s.minExp.Store(math.MaxInt64)
+	go s.janitor()
+	return s
+}
+
+func (s *Store) shardIndex(key string) uint64 {
+	return maphash.String(s.seed, key) & (shardCount - 1)
+}
+
+func (s *Store) check(ctx context.Context) error {
+	if s.closed.Load() {
+		return store.ErrClosed
+	}
+	return ctx.Err()
+}
+
+// PutToken implements store.Store.
+func (s *Store) PutToken(ctx context.Context, id string, t store.Token, expiresAt time.Time) (bool, error) {
+	if err := s.check(ctx); err != nil {
+		return false, err
+	}
+	now := s.now().UnixNano()
+	exp := expiresAt.UnixNano()
+	if exp <= now {
+		return true, nil // stored and expired at once, as Redis does
+	}
+	if !s.reserve(now) {
+		return false, store.ErrFull
+	}
+	sh := &s.shards[s.shardIndex(id)]
+	sh.mu.Lock()
+	if old, ok := sh.m[id]; ok {
+		if old.exp > now {
+			sh.mu.Unlock()
+			s.n.Add(-1)
+			return false, nil
+		}
+		s.n.Add(-1) // replacing an expired entry takes no new slot
+	}
+	sh.m[id] = entry{purpose: t.Purpose, subject: t.Subject, exp: exp}
+	sh.mu.Unlock()
+	for {
+		m := s.minExp.Load()
+		if exp >= m || s.minExp.CompareAndSwap(m, exp) {
+			break
+		}
+	}
+	return true, nil
+}
+
+// reserve takes one slot of the bound, reclaiming expired entries first
+// when the store is full and some may have expired.
+func (s *Store) reserve(now int64) bool {
+	swept := false
+	for {
+		c := s.n.Load()
+		if c < s.max {
+			if s.n.CompareAndSwap(c, c+1) {
+				return true
+			}
+			continue
+		}
+		if swept || now < s.minExp.Load() {
+			return false
+		}
+		s.reclaim(now)
+		swept = true
+	}
+}
+
+// reclaim removes every expired entry and recomputes minExp. Concurrent
+// callers wait for one sweep instead of repeating it.
+func (s *Store) reclaim(now int64) {
+	s.sweep.Lock()
+	defer s.sweep.Unlock()
+	if now < s.minExp.Load() {
+		return // another caller just swept
+	}
+	// Lower bound first: entries put during the sweep keep it correct.
+	s.minExp.Store(math.MaxInt64)
+	min := int64(math.MaxInt64)
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		for k, e := range sh.m {
+			if e.exp <= now {
+				delete(sh.m, k)
+				s.n.Add(-1)
+			} else if e.exp < min {
+				min = e.exp
+			}
+		}
+		sh.mu.Unlock()
+	}
+	for {
+		m := s.minExp.Load()
+		if min >= m || s.minExp.CompareAndSwap(m, min) {
+			return
+		}
+	}
+}
+
+// RedeemToken implements store.Store.
+func (s *Store) RedeemToken(ctx context.Context, id string, want store.Token) (store.RedeemResult, error) {
+	if err := s.check(ctx); err != nil {
+		return 0, err
+	}
+	now := s.now().UnixNano()
+	sh := &s.shards[s.shardIndex(id)]
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	e, ok := sh.m[id]
+	switch {
+	case !ok:
+		return store.Absent, nil
+	case e.exp <= now:
+		delete(sh.m, id)
+		s.n.Add(-1)
+		return store.Absent, nil
+	case e.purpose != want.Purpose:
+		return store.PurposeMismatch, nil
+	case e.subject != want.Subject:
+		return store.SubjectMismatch, nil
+	}
+	delete(sh.m, id)
+	s.n.Add(-1)
+	return store.Redeemed, nil
+}
+
+// TTL returns how long the live entry under id has left, and false when
+// there is none. It is meant for tests and diagnostics.
+func (s *Store) TTL(id string) (time.Duration, bool) {
+	now := s.now().UnixNano()
+	sh := &s.shards[s.shardIndex(id)]
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	e, ok := sh.m[id]
+	if !ok || e.exp <= now {
+		return 0, false
+	}
+	return time.Duration(e.exp - now), true
+}
+
+// Len returns how many entries the store holds, counting expired entries
+// the janitor has not removed yet.
+func (s *Store) Len() int { return int(s.n.Load()) }
+
+// Allow implements store.Limiter with an in-process token bucket per key
+// (golang.org/x/time/rate): l.Burst events at once, refilled at
+// l.Rate per l.Period.
+func (s *Store) Allow(ctx context.Context, key string, l store.Limit) (bool, time.Duration, error) {
+	if err := s.check(ctx); err != nil {
+		return false, 0, err
+	}
+	if l.IsZero() {
+		return true, 0, nil
+	}
+	now := s.now()
+	sh := &s.limiters[s.shardIndex(key)]
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	lim, ok := sh.m[key]
+	if !ok {
+		if s.nLim.Add(1) > s.maxKeys {
+			s.nLim.Add(-1)
+			return false, s.interval, nil
+		}
+		lim = rate.NewLimiter(rate.Limit(float64(l.Rate)/l.Period.Seconds()), max(l.Burst, 1))
+		sh.m[key] = lim
+	}
+	r := lim.ReserveN(now, 1)
+	if !r.OK() {
+		return false, l.Period, nil
+	}
+	if d := r.DelayFrom(now); d > 0 {
+		r.CancelAt(now)
+		return false, d, nil
+	}
+	return true, 0, nil
+}
+
+// Ping implements store.Store; it fails only after Close.
+func (s *Store) Ping(ctx context.Context) error { return s.check(ctx) }
+
+// Close stops the janitor and waits for it to exit. It is safe to call
+// more than once.
+func (s *Store) Close() error {
+	s.once.Do(func() {
+		s.closed.Store(true)
+		close(s.stop)
+		<-s.done
+	})
+	return nil
+}
+
+func (s *Store) janitor() {
+	defer close(s.done)
+	t := time.NewTicker(s.interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-t.C:
+			now := s.now()
+			s.reclaim(now.UnixNano())
+			s.sweepLimiters(now)
+		}
+	}
+}
+
+// sweepLimiters forgets keys whose bucket is full again: forgetting them
+// changes nothing for their next event.
+func (s *Store) sweepLimiters(now time.Time) {
+	for i := range s.limiters {
+		sh := &s.limiters[i]
+		sh.mu.Lock()
+		for k, lim := range sh.m {
+			if lim.TokensAt(now) >= float64(lim.Burst()) {
+				delete(sh.m, k)
+				s.nLim.Add(-1)
+			}
+		}
+		sh.mu.Unlock()
+	}
+}

@@ -1,0 +1,111 @@
+// Package store defines the storage contract behind Replayguard.
+//
+// The contract uses only built-in types so that implementations
+// (store/memory, store/redis) never import the packages that use them.
+// Every implementation is checked by the one conformance suite in
+// store/storetest.
+package store
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+var (
+	// ErrFull is returned by PutToken when a bounded store holds as many
+	// live entries as it may. Live entries are never evicted to make room.
+	ErrFull = errors.New("store: full")
+	// ErrClosed is returned by any call made after Close.
+	ErrClosed = errors.New("store: closed")
+)
+
+// Token is what the store keeps for one issued, unredeemed token.
+type Token struct {
+	// Purpose is the purpose the token was issued for.
+	Purpose string
+	// Subject is the subject the token is bound to; empty when unbound.
+	Subject string
+}
+
+// RedeemResult says what an atomic redemption found.
+type RedeemResult int
+
+// The outcomes of RedeemToken. Only Redeemed removes the token.
+const (
+	// Redeemed: the token was present, purpose and subject matched, and it
+	// has now been deleted. Exactly one caller ever sees this per token.
+	Redeemed RedeemResult = iota + 1
+	// Absent: no live token has this ID (never issued, already redeemed,
+	// or expired).
+	Absent
+	// PurposeMismatch: the token exists but was issued for another purpose.
+	// It stays valid.
+	PurposeMismatch
+	// SubjectMismatch: the purpose matched but the subject did not (also
+	// when the token is bound and the caller gave no subject, or the token
+	// is unbound and the caller gave one). It stays valid.
+	SubjectMismatch
+)
+
+// String returns the lowercase name of r, as used in metrics labels.
+func (r RedeemResult) String() string {
+	switch r {
+	case Redeemed:
+		return "redeemed"
+	case Absent:
+		return "absent"
+	case PurposeMismatch:
+		return "purpose_mismatch"
+	case SubjectMismatch:
+		return "subject_mismatch"
+	}
+	return "unknown"
+}
+
+// Store keeps issued tokens until they are redeemed or expire.
+//
+// Every method takes a context; implementations honour its deadline and
+// return an error when they cannot confirm the operation. An error means
+// "unknown outcome, treat as failure": callers must never report success
+// on an error. Errors are for system failures only; a missing token is
+// Absent with a nil error.
+type Store interface {
+	// PutToken stores t under id if no live entry has that id, expiring at
+	// expiresAt (never later). created is false and err is nil when a live
+	// entry already holds id; the existing entry is left untouched.
+	// A bounded store that is full returns ErrFull.
+	PutToken(ctx context.Context, id string, t Token, expiresAt time.Time) (created bool, err error)
+
+	// RedeemToken atomically compares the live entry under id with want
+	// and deletes it only when both Purpose and Subject are equal. The
+	// result tells which of the outcomes happened; err is nil for all of
+	// them and reserved for system failures.
+	RedeemToken(ctx context.Context, id string, want Token) (RedeemResult, error)
+
+	// Ping reports whether the store can serve requests now.
+	Ping(ctx context.Context) error
+
+	// Close releases the store's resources; it stops background work and
+	// waits for it. Calls after Close return ErrClosed (or the client's own
+	// closed error for stores that wrap a caller's client).
+	Close() error
+}
+
+// Limit is a rate: Rate events per Period, with bursts of up to Burst.
+type Limit struct {
+	Rate   int
+	Burst  int
+	Period time.Duration
+}
+
+// IsZero reports whether l means "no limit".
+func (l Limit) IsZero() bool { return l.Rate <= 0 }
+
+// Limiter counts events per key against a Limit.
+type Limiter interface {
+	// Allow records one event for key. When the event is over the limit,
+	// allowed is false and retryAfter says when the next one would be
+	// allowed. err is for system failures only.
+	Allow(ctx context.Context, key string, l Limit) (allowed bool, retryAfter time.Duration, err error)
+}

@@ -1,0 +1,287 @@
+// Package storetest is the conformance suite every store.Store runs.
+//
+// Each implementation calls Run from its own tests with a factory for
+// fresh, isolated instances, so that memory, miniredis, Redis and Redis
+// Cluster are held to exactly the same semantics.
+package storetest
+
+import (
+	"context"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/replayguard/replayguard/store"
+)
+
+// Instance is one fresh store under test plus the means to observe it.
+type Instance struct {
+	// Store is the store under test; Run closes it when the test ends.
+	Store store.Store
+	// Limiter is the store's rate limiter, nil when it has none.
+	Limiter store.Limiter
+	// Now is the store's clock.
+	Now func() time.Time
+	// Advance moves the store's clock forward by d. Stores whose clock is
+	// the real one (a real Redis server) wait for d to pass.
+	Advance func(d time.Duration)
+	// TTL returns the remaining lifetime of the entry stored under the
+	// token ID id, and false when there is none.
+	TTL func(id string) (time.Duration, bool)
+}
+
+// Factory returns a fresh instance whose keys do not collide with any
+// other instance's.
+type Factory func(t *testing.T) Instance
+
+var seq atomic.Int64
+
+// ID returns an ID unique within this process, for test tokens.
+func ID() string {
+	return strconv.FormatInt(time.Now().UnixNano(), 10) + "-" + strconv.FormatInt(seq.Add(1), 10)
+}
+
+// Run runs the whole conformance suite against the stores newStore makes.
+func Run(t *testing.T, newStore Factory) {
+	t.Helper()
+	open := func(t *testing.T) Instance {
+		t.Helper()
+		in := newStore(t)
+		t.Cleanup(func() { _ = in.Store.Close() })
+		return in
+	}
+	ctx := context.Background()
+	checkoutAlice := store.Token{Purpose: "checkout", Subject: "alice"}
+
+	t.Run("put then redeem succeeds exactly once", func(t *testing.T) {
+		in := open(t)
+		id := ID()
+		mustPut(t, in, id, checkoutAlice, time.Minute)
+		expectRedeem(t, in, id, checkoutAlice, store.Redeemed)
+		expectRedeem(t, in, id, checkoutAlice, store.Absent)
+	})
+
+	t.Run("token never issued is absent", func(t *testing.T) {
+		in := open(t)
+		expectRedeem(t, in, ID(), checkoutAlice, store.Absent)
+	})
+
+	t.Run("put on a live id leaves the existing token untouched", func(t *testing.T) {
+		in := open(t)
+		id := ID()
+		mustPut(t, in, id, checkoutAlice, time.Minute)
+		created, err := in.Store.PutToken(ctx, id, store.Token{Purpose: "other"}, in.Now().Add(time.Hour))
+		if err != nil || created {
+			t.Fatalf("second put = (%v, %v), want (false, nil)", created, err)
+		}
+		if ttl, ok := in.TTL(id); !ok || ttl > time.Minute {
+			t.Fatalf("TTL after refused put = %v, %v; want the original minute at most", ttl, ok)
+		}
+		expectRedeem(t, in, id, checkoutAlice, store.Redeemed)
+	})
+
+	t.Run("purpose mismatch keeps the token", func(t *testing.T) {
+		in := open(t)
+		id := ID()
+		mustPut(t, in, id, checkoutAlice, time.Minute)
+		expectRedeem(t, in, id, store.Token{Purpose: "login", Subject: "alice"}, store.PurposeMismatch)
+		expectRedeem(t, in, id, checkoutAlice, store.Redeemed)
+	})
+
+	t.Run("purpose is compared before subject", func(t *testing.T) {
+		in := open(t)
+		id := ID()
+		mustPut(t, in, id, checkoutAlice, time.Minute)
+		expectRedeem(t, in, id, store.Token{Purpose: "login", Subject: "bob"}, store.PurposeMismatch)
+	})
+
+	subjectCases := []struct {
+		name      string
+		issued    store.Token
+		presented store.Token
+	}{
+		{"other subject", checkoutAlice, store.Token{Purpose: "checkout", Subject: "bob"}},
+		{"bound token redeemed without subject", checkoutAlice, store.Token{Purpose: "checkout"}},
+		{"unbound token redeemed with a subject", store.Token{Purpose: "checkout"}, checkoutAlice},
+		{"subject that extends the stored one", checkoutAlice, store.Token{Purpose: "checkout", Subject: "alice2"}},
+		{"purpose that extends the stored one", store.Token{Purpose: "check"}, store.Token{Purpose: "checkout"}},
+	}
+	for _, tc := range subjectCases {
+		t.Run("mismatch keeps the token: "+tc.name, func(t *testing.T) {
+			in := open(t)
+			id := ID()
+			mustPut(t, in, id, tc.issued, time.Minute)
+			want := store.SubjectMismatch
+			if tc.issued.Purpose != tc.presented.Purpose {
+				want = store.PurposeMismatch
+			}
+			expectRedeem(t, in, id, tc.presented, want)
+			expectRedeem(t, in, id, tc.issued, store.Redeemed)
+		})
+	}
+
+	t.Run("subjects with separators and unicode round-trip", func(t *testing.T) {
+		in := open(t)
+		for _, sub := range []string{"a\nb", "user:42|x", "ünïcødé", "\x00zero"} {
+			id := ID()
+			tok := store.Token{Purpose: "p", Subject: sub}
+			mustPut(t, in, id, tok, time.Minute)
+			expectRedeem(t, in, id, store.Token{Purpose: "p", Subject: sub + "x"}, store.SubjectMismatch)
+			expectRedeem(t, in, id, tok, store.Redeemed)
+		}
+	})
+
+	t.Run("stored entry expires at expiresAt", func(t *testing.T) {
+		in := open(t)
+		id := ID()
+		mustPut(t, in, id, checkoutAlice, 1500*time.Millisecond)
+		ttl, ok := in.TTL(id)
+		if !ok || ttl <= 0 || ttl > 1500*time.Millisecond {
+			t.Fatalf("TTL = %v, %v; want in (0, 1.5s]", ttl, ok)
+		}
+		in.Advance(1600 * time.Millisecond)
+		expectRedeem(t, in, id, checkoutAlice, store.Absent)
+		if _, ok := in.TTL(id); ok {
+			t.Fatal("expired entry is still stored")
+		}
+	})
+
+	t.Run("expired id can be issued again", func(t *testing.T) {
+		in := open(t)
+		id := ID()
+		mustPut(t, in, id, checkoutAlice, time.Second)
+		in.Advance(1100 * time.Millisecond)
+		mustPut(t, in, id, store.Token{Purpose: "again"}, time.Minute)
+		expectRedeem(t, in, id, store.Token{Purpose: "again"}, store.Redeemed)
+	})
+
+	t.Run("TTL of a long-lived token is its lifetime", func(t *testing.T) {
+		in := open(t)
+		id := ID()
+		mustPut(t, in, id, checkoutAlice, time.Hour)
+		ttl, ok := in.TTL(id)
+		if !ok || ttl > time.Hour || ttl < time.Hour-5*time.Second {
+			t.Fatalf("TTL = %v, %v; want about one hour", ttl, ok)
+		}
+	})
+
+	t.Run("expiresAt in the past stores nothing", func(t *testing.T) {
+		in := open(t)
+		id := ID()
+		created, err := in.Store.PutToken(ctx, id, checkoutAlice, in.Now().Add(-time.Second))
+		if err != nil {
+			t.Fatalf("put: %v", err)
+		}
+		if created {
+			if _, ok := in.TTL(id); ok {
+				t.Fatal("an already expired token was stored")
+			}
+		}
+		expectRedeem(t, in, id, checkoutAlice, store.Absent)
+	})
+
+	t.Run("cancelled context is an error, never a success", func(t *testing.T) {
+		in := open(t)
+		id := ID()
+		mustPut(t, in, id, checkoutAlice, time.Minute)
+		cctx, cancel := context.WithCancel(ctx)
+		cancel()
+		if res, err := in.Store.RedeemToken(cctx, id, checkoutAlice); err == nil {
+			t.Fatalf("redeem with cancelled context = %v, nil; want an error", res)
+		}
+		expectRedeem(t, in, id, checkoutAlice, store.Redeemed)
+	})
+
+	t.Run("ping answers", func(t *testing.T) {
+		in := open(t)
+		if err := in.Store.Ping(ctx); err != nil {
+			t.Fatalf("ping: %v", err)
+		}
+	})
+
+	t.Run("concurrent redemption succeeds exactly once per token", func(t *testing.T) {
+		in := open(t)
+		const tokens, racers = 50, 20
+		ids := make([]string, tokens)
+		for i := range ids {
+			ids[i] = ID()
+			mustPut(t, in, ids[i], checkoutAlice, time.Minute)
+		}
+		var mu sync.Mutex
+		counts := map[store.RedeemResult]int{}
+		var errs []error
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		for _, id := range ids {
+			for range racers {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					<-start
+					res, err := in.Store.RedeemToken(ctx, id, checkoutAlice)
+					mu.Lock()
+					defer mu.Unlock()
+					if err != nil {
+						errs = append(errs, err)
+						return
+					}
+					counts[res]++
+				}()
+			}
+		}
+		close(start)
+		wg.Wait()
+		if len(errs) > 0 {
+			t.Fatalf("%d errors, first: %v", len(errs), errs[0])
+		}
+		if counts[store.Redeemed] != tokens || counts[store.Absent] != tokens*(racers-1) {
+			t.Fatalf("outcomes = %v; want %d redeemed and %d absent", counts, tokens, tokens*(racers-1))
+		}
+	})
+
+	t.Run("limiter admits the burst then refuses with a retry time", func(t *testing.T) {
+		in := open(t)
+		if in.Limiter == nil {
+			t.Skip("store has no limiter")
+		}
+		l := store.Limit{Rate: 3, Burst: 3, Period: time.Minute}
+		key := "ip:" + ID()
+		for i := range 3 {
+			ok, _, err := in.Limiter.Allow(ctx, key, l)
+			if err != nil || !ok {
+				t.Fatalf("event %d = (%v, %v), want allowed", i+1, ok, err)
+			}
+		}
+		ok, retry, err := in.Limiter.Allow(ctx, key, l)
+		if err != nil || ok {
+			t.Fatalf("4th event = (%v, %v), want refused", ok, err)
+		}
+		if retry <= 0 || retry > 20*time.Second+time.Second {
+			t.Fatalf("retryAfter = %v, want about 20s", retry)
+		}
+		if ok, _, err := in.Limiter.Allow(ctx, "ip:"+ID(), l); err != nil || !ok {
+			t.Fatalf("another key = (%v, %v), want allowed", ok, err)
+		}
+	})
+}
+
+func mustPut(t *testing.T, in Instance, id string, tok store.Token, ttl time.Duration) {
+	t.Helper()
+	created, err := in.Store.PutToken(context.Background(), id, tok, in.Now().Add(ttl))
+	if err != nil || !created {
+		t.Fatalf("PutToken(%s) = (%v, %v), want (true, nil)", id, created, err)
+	}
+}
+
+func expectRedeem(t *testing.T, in Instance, id string, tok store.Token, want store.RedeemResult) {
+	t.Helper()
+	got, err := in.Store.RedeemToken(context.Background(), id, tok)
+	if err != nil {
+		t.Fatalf("RedeemToken(%s, %+v): %v", id, tok, err)
+	}
+	if got != want {
+		t.Fatalf("RedeemToken(%s, %+v) = %v, want %v", id, tok, got, want)
+	}
+}
