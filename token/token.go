@@ -1,0 +1,367 @@
+package token
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/golang-jwt/jwt/v5"
+	"github.com/sony/sonyflake"
+
+	"github.com/replayguard/replayguard/store"
+)
+
+// Limits and defaults.
+const (
+	// DefaultPurpose is used when an issue or redeem names no purpose.
+	DefaultPurpose = "default"
+	// DefaultTTL is a token's lifetime when the request names none.
+	DefaultTTL = 5 * time.Minute
+	// DefaultMaxTTL is the longest lifetime a request may ask for.
+	DefaultMaxTTL = time.Hour
+	// MinTTL is the shortest lifetime a token may have.
+	MinTTL = 10 * time.Second
+	// MaxLeeway is the most clock skew tolerated when checking exp.
+	MaxLeeway = 5 * time.Second
+	// MaxSubjectLen bounds a subject, in bytes.
+	MaxSubjectLen = 256
+	// MaxTokenLen bounds an encoded token, in bytes; longer ones are
+	// invalid without being parsed.
+	MaxTokenLen = 2048
+)
+
+var purposePattern = regexp.MustCompile(`^[A-Za-z0-9._:/-]{1,64}$`)
+
+// ValidPurpose reports whether p is a well-formed purpose:
+// ^[A-Za-z0-9._:/-]{1,64}$.
+func ValidPurpose(p string) bool { return purposePattern.MatchString(p) }
+
+// Claims are the facts a verified token carries.
+type Claims struct {
+	// ID is the token's jti: a sonyflake ID in decimal.
+	ID string
+	// Purpose is what the token may be redeemed for.
+	Purpose string
+	// Subject is who the token is bound to; empty when unbound.
+	Subject string
+	// IssuedAt and ExpiresAt are the iat and exp claims.
+	IssuedAt, ExpiresAt time.Time
+}
+
+// Issued is a freshly issued token and its claims.
+type Issued struct {
+	// Token is the compact JWT to hand to the client.
+	Token string
+	Claims
+}
+
+// IssueRequest describes a token to issue. Zero values take the defaults.
+type IssueRequest struct {
+	// Purpose defaults to DefaultPurpose.
+	Purpose string
+	// Subject binds the token to a user or session; empty means unbound.
+	Subject string
+	// TTL defaults to the service's default TTL; otherwise it must lie in
+	// [MinTTL, max TTL].
+	TTL time.Duration
+}
+
+// jwtClaims is the JWT body: jti, iat, exp, sub and pur.
+type jwtClaims struct {
+	jwt.RegisteredClaims
+	Purpose string `json:"pur"`
+}
+
+// Service issues, parses and redeems single-use tokens. Create it with
+// New; it is safe for concurrent use.
+type Service struct {
+	store   store.Store
+	signer  Key
+	secrets map[string][]byte
+	flake   *sonyflake.Sonyflake
+	parser  *jwt.Parser
+	now     func() time.Time
+
+	ttl, maxTTL time.Duration
+	leeway      time.Duration
+	machineID   *uint16
+}
+
+// Option configures a Service.
+type Option func(*Service)
+
+// WithDefaultTTL sets the lifetime of tokens whose request names none.
+// Defaults to DefaultTTL (5m). It must lie in [MinTTL, max TTL].
+func WithDefaultTTL(d time.Duration) Option { return func(s *Service) { s.ttl = d } }
+
+// WithMaxTTL sets the longest lifetime a request may ask for. Defaults to
+// DefaultMaxTTL (1h).
+func WithMaxTTL(d time.Duration) Option { return func(s *Service) { s.maxTTL = d } }
+
+// WithMachineID sets the sonyflake machine ID. Give every instance that
+// shares a store its own ID. Defaults to the lower 16 bits of the host's
+// private IPv4 address; New returns ErrNoMachineID when there is none.
+func WithMachineID(id uint16) Option { return func(s *Service) { s.machineID = &id } }
+
+// WithLeeway sets the clock skew tolerated when checking exp. Defaults to
+// MaxLeeway (5s), which is also its upper bound.
+func WithLeeway(d time.Duration) Option {
+	return func(s *Service) { s.leeway = min(max(d, 0), MaxLeeway) }
+}
+
+// WithClock replaces time.Now for iat, exp and expiry checks, for tests.
+// Defaults to time.Now. (IDs still come from sonyflake's own clock.)
+func WithClock(now func() time.Time) Option {
+	return func(s *Service) {
+		if now != nil {
+			s.now = now
+		}
+	}
+}
+
+// New returns a Service that keeps tokens in st and signs with keys[0];
+// every key in keys verifies, so keys can be rotated by putting the new
+// key first and keeping the old one until its tokens have expired.
+func New(st store.Store, keys []Key, opts ...Option) (*Service, error) {
+	if st == nil {
+		return nil, errors.New("token: nil store")
+	}
+	if len(keys) == 0 {
+		return nil, fmt.Errorf("%w: no keys", ErrBadKeys)
+	}
+	s := &Service{
+		store:   st,
+		signer:  keys[0],
+		secrets: make(map[string][]byte, len(keys)),
+		now:     time.Now,
+		ttl:     DefaultTTL,
+		maxTTL:  DefaultMaxTTL,
+		leeway:  MaxLeeway,
+	}
+	for _, k := range keys {
+		if len(k.Secret) < MinKeyLen || !kidPattern.MatchString(k.ID) {
+			return nil, fmt.Errorf("%w: kid %q is malformed or shorter than %d bytes", ErrBadKeys, k.ID, MinKeyLen)
+		}
+		if _, dup := s.secrets[k.ID]; dup {
+			return nil, fmt.Errorf("%w: duplicate kid %q", ErrBadKeys, k.ID)
+		}
+		s.secrets[k.ID] = k.Secret
+	}
+	for _, o := range opts {
+		o(s)
+	}
+	if s.maxTTL < MinTTL {
+		return nil, fmt.Errorf("token: max TTL %v is below the minimum %v", s.maxTTL, MinTTL)
+	}
+	if s.ttl < MinTTL || s.ttl > s.maxTTL {
+		return nil, fmt.Errorf("token: default TTL %v is outside [%v, %v]", s.ttl, MinTTL, s.maxTTL)
+	}
+	settings := sonyflake.Settings{}
+	if s.machineID != nil {
+		id := *s.machineID
+		settings.MachineID = func() (uint16, error) { return id, nil }
+	}
+	flake, err := sonyflake.New(settings)
+	if err != nil {
+		if errors.Is(err, sonyflake.ErrNoPrivateAddress) {
+			return nil, fmt.Errorf("%w: %v", ErrNoMachineID, err)
+		}
+		return nil, fmt.Errorf("token: sonyflake: %w", err)
+	}
+	s.flake = flake
+	s.parser = jwt.NewParser(
+		jwt.WithValidMethods([]string{jwt.SigningMethodHS256.Alg()}),
+		jwt.WithLeeway(s.leeway),
+		jwt.WithExpirationRequired(),
+		jwt.WithIssuedAt(),
+		jwt.WithTimeFunc(s.now),
+	)
+	return s, nil
+}
+
+// RandomMachineID returns a random sonyflake machine ID from crypto/rand,
+// for hosts without a private IPv4 address. Two instances sharing a store
+// may still collide; issuing never overwrites a live token, but set
+// distinct IDs explicitly where you can.
+func RandomMachineID() (uint16, error) {
+	var b [2]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return 0, fmt.Errorf("token: random machine ID: %w", err)
+	}
+	return binary.BigEndian.Uint16(b[:]), nil
+}
+
+// Issue creates a token, stores it with set-if-absent until its exp, and
+// returns it. A store failure is ErrUnavailable (or ErrStoreFull); the
+// token is then never returned.
+func (s *Service) Issue(ctx context.Context, req IssueRequest) (Issued, error) {
+	purpose := req.Purpose
+	if purpose == "" {
+		purpose = DefaultPurpose
+	}
+	if !ValidPurpose(purpose) {
+		return Issued{}, fmt.Errorf("%w: purpose must match %s", ErrBadRequest, purposePattern)
+	}
+	if err := validSubject(req.Subject); err != nil {
+		return Issued{}, err
+	}
+	ttl := req.TTL
+	if ttl == 0 {
+		ttl = s.ttl
+	}
+	if ttl < MinTTL || ttl > s.maxTTL {
+		return Issued{}, fmt.Errorf("%w: ttl must be between %d and %d seconds", ErrBadRequest, int(MinTTL.Seconds()), int(s.maxTTL.Seconds()))
+	}
+	// NumericDate has whole seconds: truncate so the stored entry expires
+	// exactly at the token's exp, never later.
+	iat := s.now().Truncate(time.Second)
+	c := Claims{Purpose: purpose, Subject: req.Subject, IssuedAt: iat, ExpiresAt: iat.Add(ttl.Truncate(time.Second))}
+	// A collision (two instances sharing a machine ID) is refused by the
+	// store's set-if-absent; try a fresh ID a few times.
+	for range 3 {
+		id, err := s.flake.NextID()
+		if err != nil {
+			return Issued{}, fmt.Errorf("token: sonyflake: %w", err)
+		}
+		c.ID = strconv.FormatUint(id, 10)
+		created, err := s.store.PutToken(ctx, c.ID, store.Token{Purpose: c.Purpose, Subject: c.Subject}, c.ExpiresAt)
+		if err != nil {
+			if errors.Is(err, store.ErrFull) {
+				return Issued{}, fmt.Errorf("%w: %w", ErrStoreFull, err)
+			}
+			return Issued{}, fmt.Errorf("%w: %w", ErrUnavailable, err)
+		}
+		if created {
+			tok, err := s.sign(c)
+			if err != nil {
+				return Issued{}, err
+			}
+			return Issued{Token: tok, Claims: c}, nil
+		}
+	}
+	return Issued{}, fmt.Errorf("%w: token ID collisions: give each instance its own machine ID", ErrUnavailable)
+}
+
+func validSubject(sub string) error {
+	if len(sub) > MaxSubjectLen {
+		return fmt.Errorf("%w: subject is longer than %d bytes", ErrBadRequest, MaxSubjectLen)
+	}
+	return nil
+}
+
+func (s *Service) sign(c Claims) (string, error) {
+	t := jwt.NewWithClaims(jwt.SigningMethodHS256, jwtClaims{
+		RegisteredClaims: jwt.RegisteredClaims{
+			ID:        c.ID,
+			Subject:   c.Subject,
+			IssuedAt:  jwt.NewNumericDate(c.IssuedAt),
+			ExpiresAt: jwt.NewNumericDate(c.ExpiresAt),
+		},
+		Purpose: c.Purpose,
+	})
+	t.Header["kid"] = s.signer.ID
+	tok, err := t.SignedString(s.signer.Secret)
+	if err != nil {
+		return "", fmt.Errorf("token: signing: %w", err)
+	}
+	return tok, nil
+}
+
+// Parse verifies a token's signature (HS256 only, kid from the key ring)
+// and its exp, without touching the store. It returns ErrInvalid or
+// ErrExpired.
+func (s *Service) Parse(tok string) (Claims, error) {
+	if len(tok) == 0 || len(tok) > MaxTokenLen || strings.Count(tok, ".") != 2 {
+		return Claims{}, fmt.Errorf("%w: malformed", ErrInvalid)
+	}
+	var jc jwtClaims
+	_, err := s.parser.ParseWithClaims(tok, &jc, s.keyFor)
+	if err != nil {
+		if errors.Is(err, jwt.ErrTokenExpired) {
+			return Claims{}, fmt.Errorf("%w: %w", ErrExpired, err)
+		}
+		return Claims{}, fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	if jc.ID == "" || jc.IssuedAt == nil || !ValidPurpose(jc.Purpose) || len(jc.Subject) > MaxSubjectLen {
+		return Claims{}, fmt.Errorf("%w: missing or malformed claims", ErrInvalid)
+	}
+	if _, err := strconv.ParseUint(jc.ID, 10, 64); err != nil {
+		return Claims{}, fmt.Errorf("%w: jti is not a sonyflake ID", ErrInvalid)
+	}
+	return Claims{
+		ID:        jc.ID,
+		Purpose:   jc.Purpose,
+		Subject:   jc.Subject,
+		IssuedAt:  jc.IssuedAt.Time,
+		ExpiresAt: jc.ExpiresAt.Time,
+	}, nil
+}
+
+func (s *Service) keyFor(t *jwt.Token) (any, error) {
+	kid, _ := t.Header["kid"].(string)
+	secret, ok := s.secrets[kid]
+	if !ok {
+		return nil, errors.New("unknown kid")
+	}
+	return secret, nil
+}
+
+// Redeem verifies tok and atomically consumes it for purpose (empty means
+// DefaultPurpose) and subject (empty means an unbound token). A forged or
+// expired token never reaches the store. It returns the token's claims
+// exactly once per token; afterwards ErrUsed. ErrPurposeMismatch and
+// ErrSubjectMismatch leave the token valid. ErrUnavailable means the
+// store did not confirm: the caller must not proceed.
+func (s *Service) Redeem(ctx context.Context, tok, purpose, subject string) (Claims, error) {
+	if purpose == "" {
+		purpose = DefaultPurpose
+	}
+	if !ValidPurpose(purpose) {
+		return Claims{}, fmt.Errorf("%w: purpose must match %s", ErrBadRequest, purposePattern)
+	}
+	if err := validSubject(subject); err != nil {
+		return Claims{}, err
+	}
+	c, err := s.Parse(tok)
+	if err != nil {
+		return Claims{}, err
+	}
+	// The signed claims carry what the store holds: a mismatch needs no
+	// round trip. The store compares again, atomically, before deleting.
+	if c.Purpose != purpose {
+		return Claims{}, ErrPurposeMismatch
+	}
+	if c.Subject != subject {
+		return Claims{}, ErrSubjectMismatch
+	}
+	res, err := s.store.RedeemToken(ctx, c.ID, store.Token{Purpose: purpose, Subject: subject})
+	if err != nil {
+		return Claims{}, fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	switch res {
+	case store.Redeemed:
+		return c, nil
+	case store.PurposeMismatch:
+		return Claims{}, ErrPurposeMismatch
+	case store.SubjectMismatch:
+		return Claims{}, ErrSubjectMismatch
+	case store.Absent:
+		if !s.now().Before(c.ExpiresAt) {
+			return Claims{}, ErrExpired // inside the leeway, gone from the store
+		}
+		return Claims{}, ErrUsed
+	}
+	return Claims{}, fmt.Errorf("%w: unexpected store result %d", ErrUnavailable, res)
+}
+
+// Ping reports whether the store answers.
+func (s *Service) Ping(ctx context.Context) error { return s.store.Ping(ctx) }
+
+// SigningKeyID returns the kid of the key that signs new tokens.
+func (s *Service) SigningKeyID() string { return s.signer.ID }

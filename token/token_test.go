@@ -1,0 +1,413 @@
+package token_test
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
+	"errors"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/golang-jwt/jwt/v5"
+
+	"github.com/replayguard/replayguard/store"
+	"github.com/replayguard/replayguard/store/memory"
+	"github.com/replayguard/replayguard/token"
+)
+
+var (
+	keyA = token.Key{ID: "a", Secret: []byte(strings.Repeat("A", 32))}
+	keyB = token.Key{ID: "b", Secret: []byte(strings.Repeat("B", 32))}
+)
+
+// countingStore counts the calls that reach the store.
+type countingStore struct {
+	store.Store
+	calls atomic.Int64
+}
+
+func (c *countingStore) PutToken(ctx context.Context, id string, t store.Token, exp time.Time) (bool, error) {
+	c.calls.Add(1)
+	return c.Store.PutToken(ctx, id, t, exp)
+}
+
+func (c *countingStore) RedeemToken(ctx context.Context, id string, t store.Token) (store.RedeemResult, error) {
+	c.calls.Add(1)
+	return c.Store.RedeemToken(ctx, id, t)
+}
+
+// brokenStore fails every call, as a store that cannot be reached does.
+type brokenStore struct{ store.Store }
+
+var errBroken = errors.New("connection refused")
+
+func (brokenStore) PutToken(context.Context, string, store.Token, time.Time) (bool, error) {
+	return false, errBroken
+}
+
+func (brokenStore) RedeemToken(context.Context, string, store.Token) (store.RedeemResult, error) {
+	return 0, errBroken
+}
+
+type clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *clock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+func (c *clock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = c.t.Add(d)
+}
+
+type fixture struct {
+	svc   *token.Service
+	store *countingStore
+	clock *clock
+}
+
+func newFixture(t testing.TB, keys ...token.Key) fixture {
+	t.Helper()
+	if len(keys) == 0 {
+		keys = []token.Key{keyA}
+	}
+	c := &clock{t: time.Now().Truncate(time.Second)}
+	mem := memory.New(memory.WithClock(c.Now))
+	t.Cleanup(func() { _ = mem.Close() })
+	cs := &countingStore{Store: mem}
+	svc, err := token.New(cs, keys, token.WithClock(c.Now), token.WithMachineID(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fixture{svc: svc, store: cs, clock: c}
+}
+
+func (f fixture) issue(t testing.TB, req token.IssueRequest) token.Issued {
+	t.Helper()
+	is, err := f.svc.Issue(context.Background(), req)
+	if err != nil {
+		t.Fatalf("Issue(%+v): %v", req, err)
+	}
+	return is
+}
+
+func TestIssueThenRedeemOnce(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	is := f.issue(t, token.IssueRequest{})
+	if is.Purpose != token.DefaultPurpose || is.ExpiresAt.Sub(is.IssuedAt) != token.DefaultTTL {
+		t.Fatalf("issued %+v; want default purpose and TTL", is.Claims)
+	}
+	c, err := f.svc.Redeem(ctx, is.Token, "", "")
+	if err != nil {
+		t.Fatalf("first redeem: %v", err)
+	}
+	if c.ID != is.ID {
+		t.Fatalf("redeemed ID %s, issued %s", c.ID, is.ID)
+	}
+	if _, err := f.svc.Redeem(ctx, is.Token, "", ""); !errors.Is(err, token.ErrUsed) {
+		t.Fatalf("second redeem: %v, want ErrUsed", err)
+	}
+}
+
+func TestJWTShape(t *testing.T) {
+	f := newFixture(t)
+	is := f.issue(t, token.IssueRequest{Purpose: "checkout", Subject: "alice", TTL: time.Minute})
+	var claims jwt.MapClaims
+	tok, _, err := jwt.NewParser().ParseUnverified(is.Token, &claims)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tok.Header["alg"] != "HS256" || tok.Header["kid"] != "a" {
+		t.Fatalf("header = %v", tok.Header)
+	}
+	for _, k := range []string{"jti", "iat", "exp", "pur", "sub"} {
+		if _, ok := claims[k]; !ok {
+			t.Errorf("claim %s missing: %v", k, claims)
+		}
+	}
+	if claims["pur"] != "checkout" || claims["sub"] != "alice" || claims["jti"] != is.ID {
+		t.Fatalf("claims = %v", claims)
+	}
+	if exp := claims["exp"].(float64); int64(exp) != is.ExpiresAt.Unix() {
+		t.Fatalf("exp = %v, want %d", exp, is.ExpiresAt.Unix())
+	}
+	if ttl, ok := f.store.Store.(*memory.Store).TTL(is.ID); !ok || ttl > time.Minute {
+		t.Fatalf("stored TTL = %v, %v; want at most the token's minute", ttl, ok)
+	}
+}
+
+// sign makes an HS256-shaped token by hand, so tests can forge any header.
+func sign(header, claims string, secret []byte) string {
+	enc := base64.RawURLEncoding
+	unsigned := enc.EncodeToString([]byte(header)) + "." + enc.EncodeToString([]byte(claims))
+	mac := hmac.New(sha256.New, secret)
+	mac.Write([]byte(unsigned))
+	return unsigned + "." + enc.EncodeToString(mac.Sum(nil))
+}
+
+func TestRejectedBeforeTheStore(t *testing.T) {
+	f := newFixture(t)
+	good := f.issue(t, token.IssueRequest{})
+	now := f.clock.Now().Unix()
+	claims := func(extra string) string {
+		return `{"jti":"123","iat":` + itoa(now) + `,"exp":` + itoa(now+60) + `,"pur":"default"` + extra + `}`
+	}
+	parts := strings.Split(good.Token, ".")
+	tests := []struct {
+		name string
+		tok  string
+		want error
+	}{
+		{"empty token", "", token.ErrInvalid},
+		{"garbage", "not-a-jwt", token.ErrInvalid},
+		{"oversized token", strings.Repeat("a", token.MaxTokenLen) + ".b.c", token.ErrInvalid},
+		{"alg none", base64.RawURLEncoding.EncodeToString([]byte(`{"alg":"none","kid":"a"}`)) + "." + parts[1] + ".", token.ErrInvalid},
+		{"HS384 with the right key", func() string {
+			tk := jwt.NewWithClaims(jwt.SigningMethodHS384, jwt.MapClaims{"jti": "1", "iat": now, "exp": now + 60, "pur": "default"})
+			tk.Header["kid"] = "a"
+			s, _ := tk.SignedString(keyA.Secret)
+			return s
+		}(), token.ErrInvalid},
+		{"signed with another key, current kid", sign(`{"alg":"HS256","kid":"a"}`, claims(""), keyB.Secret), token.ErrInvalid},
+		{"unknown kid", sign(`{"alg":"HS256","kid":"zz"}`, claims(""), keyA.Secret), token.ErrInvalid},
+		{"no kid", sign(`{"alg":"HS256"}`, claims(""), keyA.Secret), token.ErrInvalid},
+		{"tampered claims", parts[0] + "." + base64.RawURLEncoding.EncodeToString([]byte(claims(""))) + "." + parts[2], token.ErrInvalid},
+		{"missing jti", sign(`{"alg":"HS256","kid":"a"}`, `{"iat":`+itoa(now)+`,"exp":`+itoa(now+60)+`,"pur":"default"}`, keyA.Secret), token.ErrInvalid},
+		{"non-numeric jti", sign(`{"alg":"HS256","kid":"a"}`, `{"jti":"x","iat":`+itoa(now)+`,"exp":`+itoa(now+60)+`,"pur":"default"}`, keyA.Secret), token.ErrInvalid},
+		{"missing exp", sign(`{"alg":"HS256","kid":"a"}`, `{"jti":"1","iat":`+itoa(now)+`,"pur":"default"}`, keyA.Secret), token.ErrInvalid},
+		{"bad purpose claim", sign(`{"alg":"HS256","kid":"a"}`, `{"jti":"1","iat":`+itoa(now)+`,"exp":`+itoa(now+60)+`,"pur":"a b"}`, keyA.Secret), token.ErrInvalid},
+		{"expired beyond the leeway", sign(`{"alg":"HS256","kid":"a"}`, `{"jti":"1","iat":`+itoa(now-100)+`,"exp":`+itoa(now-6)+`,"pur":"default"}`, keyA.Secret), token.ErrExpired},
+		{"expired with a bad signature is invalid", sign(`{"alg":"HS256","kid":"a"}`, `{"jti":"1","iat":`+itoa(now-100)+`,"exp":`+itoa(now-60)+`,"pur":"default"}`, keyB.Secret), token.ErrInvalid},
+		{"purpose mismatch from the signed claim", good.Token, token.ErrPurposeMismatch},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			before := f.store.calls.Load()
+			purpose := ""
+			if tc.want == token.ErrPurposeMismatch {
+				purpose = "other"
+			}
+			_, err := f.svc.Redeem(context.Background(), tc.tok, purpose, "")
+			if !errors.Is(err, tc.want) {
+				t.Fatalf("err = %v, want %v", err, tc.want)
+			}
+			if n := f.store.calls.Load() - before; n != 0 {
+				t.Fatalf("store was called %d times", n)
+			}
+		})
+	}
+}
+
+func itoa(n int64) string { return strconv.FormatInt(n, 10) }
+
+func TestExpiry(t *testing.T) {
+	ctx := context.Background()
+	t.Run("inside the leeway but gone from the store is expired, not used", func(t *testing.T) {
+		f := newFixture(t)
+		is := f.issue(t, token.IssueRequest{TTL: 10 * time.Second})
+		f.clock.Advance(12 * time.Second)
+		if _, err := f.svc.Redeem(ctx, is.Token, "", ""); !errors.Is(err, token.ErrExpired) {
+			t.Fatalf("err = %v, want ErrExpired", err)
+		}
+	})
+	t.Run("past the leeway is expired before the store is touched", func(t *testing.T) {
+		f := newFixture(t)
+		is := f.issue(t, token.IssueRequest{TTL: 10 * time.Second})
+		f.clock.Advance(16 * time.Second)
+		before := f.store.calls.Load()
+		if _, err := f.svc.Redeem(ctx, is.Token, "", ""); !errors.Is(err, token.ErrExpired) {
+			t.Fatalf("err = %v, want ErrExpired", err)
+		}
+		if f.store.calls.Load() != before {
+			t.Fatal("store was called")
+		}
+	})
+	t.Run("just before exp redeems", func(t *testing.T) {
+		f := newFixture(t)
+		is := f.issue(t, token.IssueRequest{TTL: 10 * time.Second})
+		f.clock.Advance(9 * time.Second)
+		if _, err := f.svc.Redeem(ctx, is.Token, "", ""); err != nil {
+			t.Fatalf("err = %v", err)
+		}
+	})
+}
+
+func TestBinding(t *testing.T) {
+	ctx := context.Background()
+	tests := []struct {
+		name              string
+		issuePurpose      string
+		issueSubject      string
+		redeemPurpose     string
+		redeemSubject     string
+		want              error
+		stillRedeemableAs [2]string
+	}{
+		{"matching purpose and subject", "checkout", "alice", "checkout", "alice", nil, [2]string{}},
+		{"omitted purpose means default", "", "", "", "", nil, [2]string{}},
+		{"other purpose", "checkout", "", "login", "", token.ErrPurposeMismatch, [2]string{"checkout", ""}},
+		{"redeem without purpose of a purposed token", "checkout", "", "", "", token.ErrPurposeMismatch, [2]string{"checkout", ""}},
+		{"other subject", "checkout", "alice", "checkout", "bob", token.ErrSubjectMismatch, [2]string{"checkout", "alice"}},
+		{"bound token without subject", "checkout", "alice", "checkout", "", token.ErrSubjectMismatch, [2]string{"checkout", "alice"}},
+		{"unbound token with a subject", "checkout", "", "checkout", "alice", token.ErrSubjectMismatch, [2]string{"checkout", ""}},
+		{"malformed purpose on redeem", "checkout", "", "bad purpose!", "", token.ErrBadRequest, [2]string{"checkout", ""}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t)
+			is := f.issue(t, token.IssueRequest{Purpose: tc.issuePurpose, Subject: tc.issueSubject})
+			_, err := f.svc.Redeem(ctx, is.Token, tc.redeemPurpose, tc.redeemSubject)
+			if !errors.Is(err, tc.want) {
+				t.Fatalf("err = %v, want %v", err, tc.want)
+			}
+			if tc.want != nil {
+				if _, err := f.svc.Redeem(ctx, is.Token, tc.stillRedeemableAs[0], tc.stillRedeemableAs[1]); err != nil {
+					t.Fatalf("token did not stay valid: %v", err)
+				}
+			}
+		})
+	}
+}
+
+func TestIssueValidation(t *testing.T) {
+	tests := []struct {
+		name string
+		req  token.IssueRequest
+		want error
+	}{
+		{"purpose with a space", token.IssueRequest{Purpose: "a b"}, token.ErrBadRequest},
+		{"purpose of 65 characters", token.IssueRequest{Purpose: strings.Repeat("p", 65)}, token.ErrBadRequest},
+		{"purpose of 64 characters", token.IssueRequest{Purpose: strings.Repeat("p", 64)}, nil},
+		{"purpose with every allowed punctuation", token.IssueRequest{Purpose: "a.b_c:d/e-f"}, nil},
+		{"ttl below 10s", token.IssueRequest{TTL: 9 * time.Second}, token.ErrBadRequest},
+		{"ttl of 10s", token.IssueRequest{TTL: 10 * time.Second}, nil},
+		{"ttl of the max", token.IssueRequest{TTL: time.Hour}, nil},
+		{"ttl above the max", token.IssueRequest{TTL: time.Hour + time.Second}, token.ErrBadRequest},
+		{"oversized subject", token.IssueRequest{Subject: strings.Repeat("s", token.MaxSubjectLen+1)}, token.ErrBadRequest},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t)
+			_, err := f.svc.Issue(context.Background(), tc.req)
+			if !errors.Is(err, tc.want) {
+				t.Fatalf("err = %v, want %v", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestStoreFailureIsUnavailable(t *testing.T) {
+	svc, err := token.New(brokenStore{}, []token.Key{keyA}, token.WithMachineID(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := svc.Issue(context.Background(), token.IssueRequest{}); !errors.Is(err, token.ErrUnavailable) {
+		t.Fatalf("issue: %v, want ErrUnavailable", err)
+	}
+	f := newFixture(t)
+	is := f.issue(t, token.IssueRequest{})
+	if _, err := svc.Redeem(context.Background(), is.Token, "", ""); !errors.Is(err, token.ErrUnavailable) {
+		t.Fatalf("redeem: %v, want ErrUnavailable", err)
+	}
+}
+
+func TestKeyRotation(t *testing.T) {
+	old := newFixture(t, keyA)
+	is := old.issue(t, token.IssueRequest{})
+	// The new ring signs with B and still verifies A, on the same store.
+	rotated, err := token.New(old.store, []token.Key{keyB, keyA}, token.WithClock(old.clock.Now), token.WithMachineID(2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rotated.SigningKeyID() != "b" {
+		t.Fatalf("signing kid = %s", rotated.SigningKeyID())
+	}
+	if _, err := rotated.Redeem(context.Background(), is.Token, "", ""); err != nil {
+		t.Fatalf("old token after rotation: %v", err)
+	}
+	// Once A is retired, its tokens are invalid.
+	retired := newFixture(t, keyB)
+	is2 := old.issue(t, token.IssueRequest{})
+	if _, err := retired.svc.Parse(is2.Token); !errors.Is(err, token.ErrInvalid) {
+		t.Fatalf("token of a retired key: %v", err)
+	}
+}
+
+func TestParseKeys(t *testing.T) {
+	k32 := base64.StdEncoding.EncodeToString([]byte(strings.Repeat("k", 32)))
+	k31 := base64.StdEncoding.EncodeToString([]byte(strings.Repeat("k", 31)))
+	tests := []struct {
+		name    string
+		spec    string
+		wantIDs []string
+		wantErr bool
+	}{
+		{"one key", "k1:" + k32, []string{"k1"}, false},
+		{"two keys, first signs", "new:" + k32 + ",old:" + k32, []string{"new", "old"}, false},
+		{"padding optional", "k1:" + strings.TrimRight(k32, "="), []string{"k1"}, false},
+		{"spaces around entries", " k1:" + k32 + " , k2:" + k32, []string{"k1", "k2"}, false},
+		{"short key", "k1:" + k31, nil, true},
+		{"duplicate kid", "k1:" + k32 + ",k1:" + k32, nil, true},
+		{"bad base64", "k1:@@@@" + k32, nil, true},
+		{"url-safe base64 is not standard", "k1:" + strings.NewReplacer("+", "-", "/", "_").Replace(base64.StdEncoding.EncodeToString(make([]byte, 30))+"-_-_"), nil, true},
+		{"missing colon", k32, nil, true},
+		{"empty kid", ":" + k32, nil, true},
+		{"empty", "", nil, true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			keys, err := token.ParseKeys(tc.spec)
+			if (err != nil) != tc.wantErr {
+				t.Fatalf("err = %v, wantErr %v", err, tc.wantErr)
+			}
+			if err != nil {
+				if !errors.Is(err, token.ErrBadKeys) {
+					t.Fatalf("err = %v, want ErrBadKeys", err)
+				}
+				if strings.Contains(err.Error(), k32[:10]) {
+					t.Fatalf("error leaks key material: %v", err)
+				}
+				return
+			}
+			if len(keys) != len(tc.wantIDs) {
+				t.Fatalf("got %d keys, want %v", len(keys), tc.wantIDs)
+			}
+			for i, k := range keys {
+				if k.ID != tc.wantIDs[i] || len(k.Secret) != 32 {
+					t.Fatalf("key %d = %v (%d bytes)", i, k, len(k.Secret))
+				}
+			}
+		})
+	}
+}
+
+func TestConcurrentRedeem(t *testing.T) {
+	f := newFixture(t)
+	is := f.issue(t, token.IssueRequest{})
+	var ok, used atomic.Int64
+	var wg sync.WaitGroup
+	for range 50 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, err := f.svc.Redeem(context.Background(), is.Token, "", "")
+			switch {
+			case err == nil:
+				ok.Add(1)
+			case errors.Is(err, token.ErrUsed):
+				used.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	if ok.Load() != 1 || used.Load() != 49 {
+		t.Fatalf("ok=%d used=%d, want 1 and 49", ok.Load(), used.Load())
+	}
+}
