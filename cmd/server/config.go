@@ -1,0 +1,254 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/netip"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/replayguard/replayguard/store"
+	"github.com/replayguard/replayguard/store/memory"
+	"github.com/replayguard/replayguard/token"
+)
+
+// config is the server's configuration, from flags, then environment
+// variables, then defaults.
+type config struct {
+	Addr            string
+	SigningKeys     []token.Key
+	APIKeys         []string
+	MachineID       *uint16
+	TokenTTL        time.Duration
+	TokenMaxTTL     time.Duration
+	RedisURL        *goredis.Options
+	RedisCluster    []string
+	KeyPrefix       string
+	StoreTimeout    time.Duration
+	MemoryMax       int
+	IssueRate       store.Limit
+	CORSOrigins     []string
+	TrustedProxies  []string
+	LogLevel        slog.Level
+	ShutdownTimeout time.Duration
+}
+
+// setting is one configuration variable and the flag that mirrors it.
+type setting struct {
+	env, flag, def, usage string
+	secret            bool // also readable from the file named by env+"_FILE"
+	parse             func(c *config, v string) error
+}
+
+// settings lists every variable the server reads, in README order.
+var settings = []setting{
+	{"REPLAYGUARD_ADDR", "addr", ":8080", "listen address (any Go listen address)", false,
+		func(c *config, v string) error { c.Addr = v; return nil }},
+	{"REPLAYGUARD_SIGNING_KEYS", "signing-keys", "", "comma-separated kid:base64key HS256 keys; the first signs, all verify (at least 32 bytes each)", true,
+		func(c *config, v string) (err error) {
+			if v != "" {
+				c.SigningKeys, err = token.ParseKeys(v)
+			}
+			return err
+		}},
+	{"REPLAYGUARD_API_KEYS", "api-keys", "", "comma-separated API keys; when set, redeem requires Authorization: Bearer <key>", true,
+		func(c *config, v string) error { c.APIKeys = splitList(v); return nil }},
+	{"REPLAYGUARD_MACHINE_ID", "machine-id", "", "sonyflake machine ID, 0-65535 (default: from the private IPv4 address)", false,
+		func(c *config, v string) error {
+			if v == "" {
+				return nil
+			}
+			n, err := strconv.ParseUint(v, 10, 16)
+			if err != nil {
+				return errors.New("must be an integer from 0 to 65535")
+			}
+			id := uint16(n)
+			c.MachineID = &id
+			return nil
+		}},
+	{"REPLAYGUARD_TOKEN_TTL", "token-ttl", "5m", "default token lifetime, within [10s, max TTL]", false,
+		func(c *config, v string) (err error) { c.TokenTTL, err = parseDuration(v); return err }},
+	{"REPLAYGUARD_TOKEN_MAX_TTL", "token-max-ttl", "1h", "longest lifetime a request may ask for", false,
+		func(c *config, v string) (err error) { c.TokenMaxTTL, err = parseDuration(v); return err }},
+	{"REPLAYGUARD_REDIS_URL", "redis-url", "", "redis:// or rediss:// URL of a single Redis server", true,
+		func(c *config, v string) error {
+			if v == "" {
+				return nil
+			}
+			o, err := goredis.ParseURL(v)
+			if err != nil {
+				return errors.New("must be a redis:// or rediss:// URL") // the URL may hold a password
+			}
+			c.RedisURL = o
+			return nil
+		}},
+	{"REPLAYGUARD_REDIS_CLUSTER_ADDRS", "redis-cluster-addrs", "", "comma-separated host:port seeds of a Redis Cluster", false,
+		func(c *config, v string) error {
+			c.RedisCluster = splitList(v)
+			for _, a := range c.RedisCluster {
+				if _, _, err := net.SplitHostPort(a); err != nil {
+					return fmt.Errorf("%q is not host:port", a)
+				}
+			}
+			return nil
+		}},
+	{"REPLAYGUARD_KEY_PREFIX", "key-prefix", "rg:", "prefix of every Redis key", false,
+		func(c *config, v string) error { c.KeyPrefix = v; return nil }},
+	{"REPLAYGUARD_STORE_TIMEOUT", "store-timeout", "500ms", "deadline of every store call", false,
+		func(c *config, v string) (err error) { c.StoreTimeout, err = parseDuration(v); return err }},
+	{"REPLAYGUARD_MEMORY_MAX_ENTRIES", "memory-max-entries", "1000000", "live tokens the embedded store holds at most", false,
+		func(c *config, v string) error {
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 1 {
+				return errors.New("must be a positive integer")
+			}
+			c.MemoryMax = n
+			return nil
+		}},
+	{"REPLAYGUARD_ISSUE_RATE", "issue-rate", "120/m", "tokens per client IP as N/s, N/m or N/h (burst N); 0 turns it off", false,
+		func(c *config, v string) (err error) { c.IssueRate, err = parseRate(v); return err }},
+	{"REPLAYGUARD_CORS_ORIGINS", "cors-origins", "", "comma-separated exact origins allowed to issue tokens from a browser", false,
+		func(c *config, v string) error {
+			c.CORSOrigins = splitList(v)
+			for _, o := range c.CORSOrigins {
+				u, err := url.Parse(o)
+				if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.Path != "" || u.RawQuery != "" || u.User != nil || o != u.Scheme+"://"+u.Host {
+					return fmt.Errorf("%q is not an exact origin like https://shop.example (no wildcard, path or slash)", o)
+				}
+			}
+			return nil
+		}},
+	{"REPLAYGUARD_TRUSTED_PROXIES", "trusted-proxies", "", "comma-separated proxy IPs or CIDRs whose forwarded headers are believed", false,
+		func(c *config, v string) error {
+			c.TrustedProxies = splitList(v)
+			for _, p := range c.TrustedProxies {
+				if _, err := netip.ParsePrefix(p); err != nil {
+					if _, err := netip.ParseAddr(p); err != nil {
+						return fmt.Errorf("%q is not an IP or CIDR", p)
+					}
+				}
+			}
+			return nil
+		}},
+	{"REPLAYGUARD_LOG_LEVEL", "log-level", "info", "debug, info, warn or error", false,
+		func(c *config, v string) error { return c.LogLevel.UnmarshalText([]byte(v)) }},
+	{"REPLAYGUARD_SHUTDOWN_TIMEOUT", "shutdown-timeout", "10s", "how long SIGTERM waits for in-flight requests", false,
+		func(c *config, v string) (err error) { c.ShutdownTimeout, err = parseDuration(v); return err }},
+}
+
+// envNames returns every environment variable the server reads.
+func envNames() []string {
+	var names []string
+	for _, s := range settings {
+		names = append(names, s.env)
+		if s.secret {
+			names = append(names, s.env+"_FILE")
+		}
+	}
+	return names
+}
+
+// loadConfig reads args (flags win), then getenv, then the defaults. Its
+// errors name the variable and never quote a secret.
+func loadConfig(args []string, getenv func(string) string) (*config, error) {
+	fs := flag.NewFlagSet("replayguard", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	vals := make([]*string, len(settings))
+	for i, s := range settings {
+		vals[i] = fs.String(s.flag, "", s.usage+" ($"+s.env+", default "+strconv.Quote(s.def)+")")
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fs.SetOutput(os.Stderr)
+			fs.PrintDefaults()
+		}
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	c := &config{}
+	for i, s := range settings {
+		v, from := s.def, s.env
+		switch {
+		case set[s.flag]:
+			v, from = *vals[i], "-"+s.flag
+		case getenv(s.env) != "":
+			v = getenv(s.env)
+		case s.secret && getenv(s.env+"_FILE") != "":
+			from = s.env + "_FILE"
+			b, err := os.ReadFile(getenv(s.env + "_FILE"))
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", from, err)
+			}
+			v = strings.TrimSpace(string(b))
+		}
+		if err := s.parse(c, strings.TrimSpace(v)); err != nil {
+			return nil, fmt.Errorf("%s: %w", from, err)
+		}
+	}
+	if c.RedisURL != nil && len(c.RedisCluster) > 0 {
+		return nil, errors.New("REPLAYGUARD_REDIS_URL and REPLAYGUARD_REDIS_CLUSTER_ADDRS are both set: choose one")
+	}
+	if c.TokenMaxTTL < token.MinTTL {
+		return nil, fmt.Errorf("REPLAYGUARD_TOKEN_MAX_TTL: must be at least %v", token.MinTTL)
+	}
+	if c.TokenTTL < token.MinTTL || c.TokenTTL > c.TokenMaxTTL {
+		return nil, fmt.Errorf("REPLAYGUARD_TOKEN_TTL: must lie within [%v, %v]", token.MinTTL, c.TokenMaxTTL)
+	}
+	if c.StoreTimeout <= 0 || c.StoreTimeout > time.Minute {
+		return nil, errors.New("REPLAYGUARD_STORE_TIMEOUT: must lie within (0, 1m]")
+	}
+	if c.ShutdownTimeout <= 0 {
+		return nil, errors.New("REPLAYGUARD_SHUTDOWN_TIMEOUT: must be positive")
+	}
+	return c, nil
+}
+
+func splitList(v string) []string {
+	var out []string
+	for _, p := range strings.Split(v, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+func parseDuration(v string) (time.Duration, error) {
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		return 0, fmt.Errorf("%q is not a Go duration such as 500ms, 5m or 1h", v)
+	}
+	return d, nil
+}
+
+// parseRate reads "N/s", "N/m" or "N/h" (burst N) or "0" (off).
+func parseRate(v string) (store.Limit, error) {
+	if v == "0" {
+		return store.Limit{}, nil
+	}
+	n, unit, ok := strings.Cut(v, "/")
+	periods := map[string]time.Duration{"s": time.Second, "m": time.Minute, "h": time.Hour}
+	rate, err := strconv.Atoi(n)
+	if !ok || err != nil || rate < 1 || periods[unit] == 0 {
+		return store.Limit{}, fmt.Errorf("%q is not N/s, N/m, N/h or 0", v)
+	}
+	return store.Limit{Rate: rate, Burst: rate, Period: periods[unit]}, nil
+}
+
+// memoryOptions are the embedded store's options for c.
+func (c *config) memoryOptions() []memory.Option {
+	return []memory.Option{memory.WithMaxEntries(c.MemoryMax)}
+}

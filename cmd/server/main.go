@@ -1,0 +1,183 @@
+// Command server runs Replayguard as a standalone HTTP service.
+//
+// With no configuration it listens on :8080 with the embedded memory
+// store; REPLAYGUARD_REDIS_URL or REPLAYGUARD_REDIS_CLUSTER_ADDRS moves it
+// onto Redis. Run it with -h for every flag; each mirrors a
+// REPLAYGUARD_* environment variable (see README.md).
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/gin-gonic/gin"
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/replayguard/replayguard/handlers"
+	"github.com/replayguard/replayguard/metrics"
+	"github.com/replayguard/replayguard/store"
+	"github.com/replayguard/replayguard/store/memory"
+	redisstore "github.com/replayguard/replayguard/store/redis"
+	"github.com/replayguard/replayguard/token"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, nil)
+	if errors.Is(err, flag.ErrHelp) {
+		os.Exit(0)
+	}
+	if err != nil {
+		slog.New(slog.NewJSONHandler(os.Stdout, nil)).Error("replayguard stopped", "error", err.Error())
+		os.Exit(1)
+	}
+}
+
+// run starts the server and blocks until ctx ends, then drains in-flight
+// requests. onListen, when set, receives the bound address.
+func run(ctx context.Context, args []string, getenv func(string) string, out io.Writer, onListen func(addr string)) error {
+	cfg, err := loadConfig(args, getenv)
+	if err != nil {
+		return err
+	}
+	log := slog.New(slog.NewJSONHandler(out, &slog.HandlerOptions{Level: cfg.LogLevel}))
+	gin.SetMode(gin.ReleaseMode)
+	gin.DefaultWriter, gin.DefaultErrorWriter = io.Discard, io.Discard
+	goredis.SetLogger(redisLogger{log})
+
+	m := metrics.New()
+	st, err := openStore(ctx, cfg, log)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	inst := m.Instrument(st)
+
+	keys := cfg.SigningKeys
+	if len(keys) == 0 {
+		k, err := token.GenerateKey()
+		if err != nil {
+			return err
+		}
+		keys = []token.Key{k}
+		log.Warn("REPLAYGUARD_SIGNING_KEYS is not set: signing with a random key; tokens will not survive a restart or be valid on other instances")
+	}
+	topts := []token.Option{token.WithDefaultTTL(cfg.TokenTTL), token.WithMaxTTL(cfg.TokenMaxTTL)}
+	if cfg.MachineID != nil {
+		topts = append(topts, token.WithMachineID(*cfg.MachineID))
+	}
+	svc, err := token.New(inst, keys, topts...)
+	if errors.Is(err, token.ErrNoMachineID) {
+		id, rerr := token.RandomMachineID()
+		if rerr != nil {
+			return rerr
+		}
+		log.Warn("no private IPv4 address for the sonyflake machine ID: using a random one; set REPLAYGUARD_MACHINE_ID", "machine_id", id)
+		svc, err = token.New(inst, keys, append(topts, token.WithMachineID(id))...)
+	}
+	if err != nil {
+		return err
+	}
+
+	opts := []handlers.Option{
+		handlers.WithMetrics(m),
+		handlers.WithLogger(log),
+		handlers.WithAPIKeys(cfg.APIKeys...),
+		handlers.WithCORSOrigins(cfg.CORSOrigins...),
+	}
+	if lim, ok := inst.(store.Limiter); ok {
+		opts = append(opts, handlers.WithIssueRate(lim, cfg.IssueRate))
+	}
+	if len(cfg.APIKeys) == 0 {
+		log.Warn("REPLAYGUARD_API_KEYS is not set: POST /v1/tokens/redeem is open to every caller")
+	}
+	engine, err := handlers.New(svc, opts...).Engine(handlers.EngineConfig{TrustedProxies: cfg.TrustedProxies, Logger: log})
+	if err != nil {
+		return fmt.Errorf("REPLAYGUARD_TRUSTED_PROXIES: %w", err)
+	}
+
+	ln, err := net.Listen("tcp", cfg.Addr)
+	if err != nil {
+		return fmt.Errorf("REPLAYGUARD_ADDR: %w", err)
+	}
+	srv := &http.Server{
+		Handler:           engine,
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       10 * time.Second,
+		WriteTimeout:      15 * time.Second,
+		IdleTimeout:       60 * time.Second,
+		MaxHeaderBytes:    16 << 10,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	log.Info("replayguard listening", "addr", ln.Addr().String(), "signing_kid", svc.SigningKeyID())
+	if onListen != nil {
+		onListen(ln.Addr().String())
+	}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+
+	select {
+	case err := <-served:
+		return err
+	case <-ctx.Done():
+	}
+	log.Info("shutting down: draining in-flight requests", "timeout", cfg.ShutdownTimeout.String())
+	sctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil {
+		log.Warn("drain incomplete; closing open connections", "error", err.Error())
+		_ = srv.Close()
+	}
+	log.Info("replayguard stopped")
+	return nil
+}
+
+// openStore builds the configured store. A Redis that is down at start is
+// logged and reported by /readyz, not fatal.
+func openStore(ctx context.Context, cfg *config, log *slog.Logger) (store.Store, error) {
+	var client goredis.UniversalClient
+	switch {
+	case cfg.RedisURL != nil:
+		o := cfg.RedisURL
+		o.ContextTimeoutEnabled = true
+		o.DialTimeout, o.ReadTimeout, o.WriteTimeout, o.PoolTimeout = cfg.StoreTimeout, cfg.StoreTimeout, cfg.StoreTimeout, cfg.StoreTimeout
+		client = goredis.NewClient(o)
+		log.Info("store: redis", "addr", o.Addr, "db", o.DB, "tls", o.TLSConfig != nil)
+	case len(cfg.RedisCluster) > 0:
+		t := cfg.StoreTimeout
+		client = goredis.NewClusterClient(&goredis.ClusterOptions{
+			Addrs:                 cfg.RedisCluster,
+			ContextTimeoutEnabled: true,
+			DialTimeout:           t, ReadTimeout: t, WriteTimeout: t, PoolTimeout: t,
+		})
+		log.Info("store: redis cluster", "seeds", cfg.RedisCluster)
+	default:
+		log.Warn("store: embedded memory: single instance only; tokens are lost on restart and not shared with other instances; set REPLAYGUARD_REDIS_URL to scale out",
+			"max_entries", cfg.MemoryMax)
+		return memory.New(cfg.memoryOptions()...), nil
+	}
+	st := redisstore.New(client, redisstore.WithPrefix(cfg.KeyPrefix), redisstore.WithTimeout(cfg.StoreTimeout))
+	if err := st.Ping(ctx); err != nil {
+		log.Warn("redis is not reachable at start; /readyz answers 503 and requests fail closed until it is", "error", err.Error())
+	}
+	return st, nil
+}
+
+// redisLogger sends go-redis's internal messages to slog, so every line
+// the server writes is JSON.
+type redisLogger struct{ log *slog.Logger }
+
+func (l redisLogger) Printf(ctx context.Context, format string, v ...any) {
+	l.log.WarnContext(ctx, "redis: "+fmt.Sprintf(format, v...))
+}

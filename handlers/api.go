@@ -1,0 +1,326 @@
+package handlers
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/replayguard/replayguard/metrics"
+	"github.com/replayguard/replayguard/store"
+	"github.com/replayguard/replayguard/token"
+)
+
+// Defaults for the options below.
+const (
+	// MaxBodyBytes bounds every request body the API reads.
+	MaxBodyBytes = 64 << 10
+	// TokenHeader carries a token to redeem.
+	TokenHeader = "Idempotency-Token"
+	// TokenField is the form field that carries a token.
+	TokenField = "idempotency_token"
+)
+
+// DefaultIssueRate is the default per-client-IP issue rate: 120 a minute
+// with bursts of 120.
+var DefaultIssueRate = store.Limit{Rate: 120, Burst: 120, Period: time.Minute}
+
+// API serves the token endpoints. Create it with New.
+type API struct {
+	tokens  *token.Service
+	limiter store.Limiter
+	rate    store.Limit
+	apiKeys [][sha256.Size]byte
+	origins map[string]bool
+	metrics *metrics.Metrics
+	log     *slog.Logger
+	timeout time.Duration
+}
+
+// Option configures an API.
+type Option func(*API)
+
+// WithAPIKeys requires Authorization: Bearer <key> on redeem, with one of
+// keys, and lets those callers issue subject-bound tokens. Keys are
+// compared in constant time. Defaults to none: redeem is open and subjects
+// cannot be requested.
+func WithAPIKeys(keys ...string) Option {
+	return func(a *API) {
+		for _, k := range keys {
+			if k != "" {
+				a.apiKeys = append(a.apiKeys, sha256.Sum256([]byte(k)))
+			}
+		}
+	}
+}
+
+// WithIssueRate limits POST /v1/tokens per client IP (IPv6 per /64) with
+// l, counted in lim. Callers presenting a valid API key are not limited.
+// Defaults to DefaultIssueRate when lim is set; a zero l turns it off.
+// Without a limiter there is no limit.
+func WithIssueRate(lim store.Limiter, l store.Limit) Option {
+	return func(a *API) { a.limiter, a.rate = lim, l }
+}
+
+// WithCORSOrigins allows browser pages on these exact origins (scheme,
+// host and port, e.g. "https://shop.example") to issue tokens. Defaults to
+// none; there is no wildcard.
+func WithCORSOrigins(origins ...string) Option {
+	return func(a *API) {
+		for _, o := range origins {
+			if o = strings.TrimSpace(o); o != "" {
+				a.origins[o] = true
+			}
+		}
+	}
+}
+
+// WithMetrics counts issued tokens and redemption outcomes in m.
+// Defaults to nil: nothing is counted.
+func WithMetrics(m *metrics.Metrics) Option { return func(a *API) { a.metrics = m } }
+
+// WithLogger sets the logger for warnings. Defaults to slog.Default().
+func WithLogger(l *slog.Logger) Option {
+	return func(a *API) {
+		if l != nil {
+			a.log = l
+		}
+	}
+}
+
+// WithReadyTimeout bounds the store ping behind GET /readyz. Defaults to
+// one second.
+func WithReadyTimeout(d time.Duration) Option {
+	return func(a *API) {
+		if d > 0 {
+			a.timeout = d
+		}
+	}
+}
+
+// New returns an API over tokens.
+func New(tokens *token.Service, opts ...Option) *API {
+	a := &API{
+		tokens:  tokens,
+		rate:    DefaultIssueRate,
+		origins: map[string]bool{},
+		log:     slog.Default(),
+		timeout: time.Second,
+	}
+	for _, o := range opts {
+		o(a)
+	}
+	return a
+}
+
+// Mount registers the token API on an application's own Gin router (or
+// group) in one call and returns it.
+func Mount(r gin.IRoutes, tokens *token.Service, opts ...Option) *API {
+	a := New(tokens, opts...)
+	a.Register(r)
+	return a
+}
+
+// Register adds POST /v1/tokens, POST /v1/tokens/redeem and the CORS
+// preflight for the former to r.
+func (a *API) Register(r gin.IRoutes) {
+	r.POST("/v1/tokens", a.cors, a.issue)
+	r.OPTIONS("/v1/tokens", a.preflight)
+	r.POST("/v1/tokens/redeem", a.redeem)
+}
+
+func fail(c *gin.Context, err error) {
+	c.Abort()
+	WriteProblem(c.Writer, c.Request, err)
+}
+
+type issueBody struct {
+	Purpose    string `json:"purpose"`
+	TTLSeconds *int64 `json:"ttl_seconds"`
+	Subject    string `json:"subject"`
+}
+
+type issueResponse struct {
+	Token     string `json:"token"`
+	ID        string `json:"id"`
+	Purpose   string `json:"purpose"`
+	ExpiresAt string `json:"expires_at"`
+	ExpiresIn int64  `json:"expires_in"`
+}
+
+func (a *API) issue(c *gin.Context) {
+	authed := a.authorized(c.Request)
+	if !authed && a.limiter != nil && !a.rate.IsZero() {
+		ok, retry, err := a.limiter.Allow(c.Request.Context(), "issue:"+rateKey(c.ClientIP()), a.rate)
+		if err != nil {
+			fail(c, fmt.Errorf("%w: %w", token.ErrUnavailable, err))
+			return
+		}
+		if !ok {
+			fail(c, retryAfterError{fmt.Errorf("%w: at most %d tokens per %v per client", ErrRateLimited, a.rate.Rate, a.rate.Period), retry})
+			return
+		}
+	}
+	var body issueBody
+	if err := readJSON(c.Request, &body); err != nil {
+		fail(c, err)
+		return
+	}
+	if body.Purpose == "" {
+		body.Purpose = c.Query("purpose")
+	}
+	if body.Subject != "" && !authed {
+		fail(c, fmt.Errorf("%w: present a valid API key to bind a token to a subject", ErrSubjectNotAllowed))
+		return
+	}
+	req := token.IssueRequest{Purpose: body.Purpose, Subject: body.Subject}
+	if body.TTLSeconds != nil {
+		// Out-of-range values become -1s, which Issue refuses naming the bounds.
+		req.TTL = -time.Second
+		if ttl := *body.TTLSeconds; ttl > 0 && ttl < 1<<32 {
+			req.TTL = time.Duration(ttl) * time.Second
+		}
+	}
+	is, err := a.tokens.Issue(c.Request.Context(), req)
+	if err != nil {
+		fail(c, err)
+		return
+	}
+	a.metrics.Issued()
+	c.Header("Cache-Control", "no-store")
+	c.JSON(http.StatusCreated, issueResponse{
+		Token:     is.Token,
+		ID:        is.ID,
+		Purpose:   is.Purpose,
+		ExpiresAt: is.ExpiresAt.UTC().Format(time.RFC3339),
+		ExpiresIn: int64(is.ExpiresAt.Sub(is.IssuedAt) / time.Second),
+	})
+}
+
+type redeemBody struct {
+	Token   string `json:"token"`
+	Purpose string `json:"purpose"`
+	Subject string `json:"subject"`
+}
+
+type redeemResponse struct {
+	Status  string `json:"status"`
+	ID      string `json:"id"`
+	Purpose string `json:"purpose"`
+	Subject string `json:"subject"`
+}
+
+func (a *API) redeem(c *gin.Context) {
+	if len(a.apiKeys) > 0 && !a.authorized(c.Request) {
+		a.metrics.Redemption("unauthorized")
+		fail(c, ErrUnauthorized)
+		return
+	}
+	var body redeemBody
+	if err := readJSON(c.Request, &body); err != nil {
+		a.metrics.Redemption(ProblemFor(err).Code)
+		fail(c, err)
+		return
+	}
+	tok := c.GetHeader(TokenHeader)
+	if tok == "" {
+		tok = body.Token
+	}
+	if body.Purpose == "" {
+		body.Purpose = c.Query("purpose")
+	}
+	if tok == "" {
+		a.metrics.Redemption("invalid_request")
+		fail(c, fmt.Errorf("%w: no token: send the %s header or a JSON body with \"token\"", ErrBadRequest, TokenHeader))
+		return
+	}
+	claims, err := a.tokens.Redeem(c.Request.Context(), tok, body.Purpose, body.Subject)
+	if err != nil {
+		a.metrics.Redemption(ProblemFor(err).Code)
+		fail(c, err)
+		return
+	}
+	a.metrics.Redemption("redeemed")
+	c.Header("Cache-Control", "no-store")
+	c.JSON(http.StatusOK, redeemResponse{Status: "redeemed", ID: claims.ID, Purpose: claims.Purpose, Subject: claims.Subject})
+}
+
+// authorized reports whether r carries one of the API keys, comparing
+// fixed-size digests in constant time.
+func (a *API) authorized(r *http.Request) bool {
+	if len(a.apiKeys) == 0 {
+		return false
+	}
+	h := r.Header.Get("Authorization")
+	scheme, key, ok := strings.Cut(h, " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") || key == "" {
+		return false
+	}
+	sum := sha256.Sum256([]byte(strings.TrimSpace(key)))
+	found := 0
+	for i := range a.apiKeys {
+		found |= subtle.ConstantTimeCompare(sum[:], a.apiKeys[i][:])
+	}
+	return found == 1
+}
+
+// readJSON decodes an optional JSON object body of at most MaxBodyBytes
+// into v. An empty body leaves v as it is.
+func readJSON(r *http.Request, v any) error {
+	if r.ContentLength > MaxBodyBytes {
+		return fmt.Errorf("%w: the body is over %d bytes", ErrTooLarge, MaxBodyBytes)
+	}
+	if r.Body == nil || r.Body == http.NoBody {
+		return nil
+	}
+	data, err := io.ReadAll(http.MaxBytesReader(nil, r.Body, MaxBodyBytes))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return fmt.Errorf("%w: the body is over %d bytes", ErrTooLarge, MaxBodyBytes)
+		}
+		return fmt.Errorf("%w: reading the body: %v", ErrBadRequest, err)
+	}
+	if len(strings.TrimSpace(string(data))) == 0 {
+		return nil
+	}
+	dec := json.NewDecoder(strings.NewReader(string(data)))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return fmt.Errorf("%w: the body is not a valid JSON object: %v", ErrBadRequest, err)
+	}
+	if dec.More() {
+		return fmt.Errorf("%w: the body holds more than one JSON value", ErrBadRequest)
+	}
+	return nil
+}
+
+// rateKey is the client's address, with IPv6 clients counted per /64 so
+// one host cannot dodge the limit by rotating its interface ID.
+func rateKey(ip string) string {
+	addr := net.ParseIP(ip)
+	if addr == nil || addr.To4() != nil {
+		return ip
+	}
+	return addr.Mask(net.CIDRMask(64, 128)).String() + "/64"
+}
+
+// Ready reports whether the store answers within the ready timeout.
+func (a *API) Ready(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, a.timeout)
+	defer cancel()
+	if err := a.tokens.Ping(ctx); err != nil {
+		return fmt.Errorf("%w: %w", token.ErrUnavailable, err)
+	}
+	return nil
+}

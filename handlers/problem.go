@@ -1,0 +1,143 @@
+package handlers
+
+import (
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/replayguard/replayguard/token"
+)
+
+// Errors raised by this package's HTTP layer, beside token's sentinels.
+var (
+	// ErrBadRequest: the request body or parameters are malformed.
+	ErrBadRequest = errors.New("handlers: bad request")
+	// ErrTooLarge: the request body is over the size limit.
+	ErrTooLarge = errors.New("handlers: payload too large")
+	// ErrUnauthorized: a required API key is missing or wrong.
+	ErrUnauthorized = errors.New("handlers: unauthorized")
+	// ErrSubjectNotAllowed: a subject was asked for without a valid API key.
+	ErrSubjectNotAllowed = errors.New("handlers: subject not allowed")
+	// ErrRateLimited: the client is over its issue rate.
+	ErrRateLimited = errors.New("handlers: rate limited")
+	// ErrNotFound: no route matches the path.
+	ErrNotFound = errors.New("handlers: not found")
+	// ErrMethodNotAllowed: the route exists for other methods.
+	ErrMethodNotAllowed = errors.New("handlers: method not allowed")
+	// ErrCORSRejected: a CORS preflight from an origin that is not allowed.
+	ErrCORSRejected = errors.New("handlers: cors origin not allowed")
+	// ErrInternal: a bug; the request was not carried out.
+	ErrInternal = errors.New("handlers: internal error")
+)
+
+// ProblemTypePrefix starts every problem's type URI; the problem code
+// follows it, e.g. "urn:replayguard:problem:token_used".
+const ProblemTypePrefix = "urn:replayguard:problem:"
+
+// Problem is an RFC 9457 problem details object with a stable Code.
+type Problem struct {
+	Type   string `json:"type"`
+	Title  string `json:"title"`
+	Status int    `json:"status"`
+	Detail string `json:"detail,omitempty"`
+	// Code is the stable, machine-readable problem code.
+	Code string `json:"code"`
+	// RequestID is the request's X-Request-ID, when there is one.
+	RequestID string `json:"request_id,omitempty"`
+}
+
+type problemSpec struct {
+	err    error
+	status int
+	code   string
+	title  string
+}
+
+// problems is the one place where errors become HTTP statuses and codes.
+// The first entry that errors.Is matches wins.
+var problems = []problemSpec{
+	{token.ErrBadRequest, http.StatusBadRequest, "invalid_request", "Invalid request"},
+	{ErrBadRequest, http.StatusBadRequest, "invalid_request", "Invalid request"},
+	{ErrUnauthorized, http.StatusUnauthorized, "unauthorized", "Missing or invalid API key"},
+	{token.ErrInvalid, http.StatusUnauthorized, "token_invalid", "Invalid token"},
+	{token.ErrExpired, http.StatusUnauthorized, "token_expired", "Token expired"},
+	{ErrSubjectNotAllowed, http.StatusForbidden, "subject_not_allowed", "Subject requires an API key"},
+	{token.ErrPurposeMismatch, http.StatusForbidden, "purpose_mismatch", "Token issued for another purpose"},
+	{token.ErrSubjectMismatch, http.StatusForbidden, "subject_mismatch", "Token bound to another subject"},
+	{ErrCORSRejected, http.StatusForbidden, "cors_rejected", "Origin not allowed"},
+	{ErrNotFound, http.StatusNotFound, "not_found", "Not found"},
+	{ErrMethodNotAllowed, http.StatusMethodNotAllowed, "method_not_allowed", "Method not allowed"},
+	{token.ErrUsed, http.StatusConflict, "token_used", "Token already used"},
+	{ErrTooLarge, http.StatusRequestEntityTooLarge, "payload_too_large", "Payload too large"},
+	{ErrRateLimited, http.StatusTooManyRequests, "rate_limited", "Too many requests"},
+	{token.ErrStoreFull, http.StatusServiceUnavailable, "store_full", "Token store full"},
+	{token.ErrUnavailable, http.StatusServiceUnavailable, "store_unavailable", "Store unavailable"},
+}
+
+var internalProblem = problemSpec{ErrInternal, http.StatusInternalServerError, "internal_error", "Internal error"}
+
+func specFor(err error) problemSpec {
+	for _, p := range problems {
+		if errors.Is(err, p.err) {
+			return p
+		}
+	}
+	return internalProblem
+}
+
+// ProblemFor returns the problem an error is answered with. Errors this
+// package does not know become 500 internal_error. A 4xx problem's detail
+// says what was wrong with the request; a 5xx problem's detail is fixed,
+// so store addresses and internal errors never reach clients.
+func ProblemFor(err error) Problem {
+	p := specFor(err)
+	pr := Problem{Type: ProblemTypePrefix + p.code, Title: p.title, Status: p.status, Code: p.code}
+	switch {
+	case p.status >= 500:
+		pr.Detail = serverDetail[p.code]
+	default:
+		pr.Detail = strings.TrimPrefix(err.Error(), p.err.Error()+": ")
+		if pr.Detail == p.err.Error() {
+			pr.Detail = ""
+		}
+	}
+	return pr
+}
+
+var serverDetail = map[string]string{
+	"store_unavailable": "The store did not confirm the operation; nothing was done. Retry later.",
+	"store_full":        "The token store holds as many live tokens as it may. Retry later.",
+	"internal_error":    "An unexpected error occurred; nothing was done.",
+}
+
+// retryAfterError carries a Retry-After for 429 and 503 answers.
+type retryAfterError struct {
+	error
+	after time.Duration
+}
+
+func (e retryAfterError) Unwrap() error { return e.error }
+
+// WriteProblem answers w with the problem for err as
+// application/problem+json. It sets Retry-After when err carries one and
+// WWW-Authenticate on 401 unauthorized.
+func WriteProblem(w http.ResponseWriter, r *http.Request, err error) {
+	p := ProblemFor(err)
+	p.RequestID = w.Header().Get(RequestIDHeader)
+	h := w.Header()
+	h.Set("Content-Type", "application/problem+json")
+	h.Set("Cache-Control", "no-store")
+	var ra retryAfterError
+	if errors.As(err, &ra) {
+		secs := int((ra.after + time.Second - 1) / time.Second)
+		h.Set("Retry-After", strconv.Itoa(max(secs, 1)))
+	}
+	if p.Code == "unauthorized" {
+		h.Set("WWW-Authenticate", `Bearer realm="replayguard"`)
+	}
+	w.WriteHeader(p.Status)
+	_ = json.NewEncoder(w).Encode(p)
+}

@@ -1,0 +1,152 @@
+package handlers
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/gin-gonic/gin"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// RequestIDHeader carries the request ID, echoed on every response.
+const RequestIDHeader = "X-Request-ID"
+
+type ctxKey int
+
+const requestIDKey ctxKey = iota
+
+// RequestID returns the ID of the request ctx belongs to, or "".
+func RequestID(ctx context.Context) string {
+	id, _ := ctx.Value(requestIDKey).(string)
+	return id
+}
+
+// EngineConfig configures the standalone server's Gin engine.
+type EngineConfig struct {
+	// TrustedProxies are the IPs or CIDRs whose X-Forwarded-For and
+	// X-Real-IP headers are believed for the client IP. Defaults to none:
+	// the client IP is the peer address.
+	TrustedProxies []string
+	// Logger receives one JSON line per request. Defaults to slog.Default().
+	Logger *slog.Logger
+}
+
+// Engine returns a Gin engine serving the token API plus GET /healthz,
+// GET /readyz and (with WithMetrics) GET /metrics, with request IDs,
+// request logging and panic recovery, and problem answers for unknown
+// routes and methods. Gin's own debug output must be off (gin.SetMode
+// with gin.ReleaseMode) for every log line to be JSON.
+func (a *API) Engine(cfg EngineConfig) (*gin.Engine, error) {
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	e := gin.New()
+	if err := e.SetTrustedProxies(cfg.TrustedProxies); err != nil {
+		return nil, fmt.Errorf("trusted proxies: %w", err)
+	}
+	e.HandleMethodNotAllowed = true
+	e.Use(requestIDs(), logRequests(log), recoverPanics(log))
+	e.NoRoute(func(c *gin.Context) { fail(c, ErrNotFound) })
+	e.NoMethod(func(c *gin.Context) { fail(c, ErrMethodNotAllowed) })
+	a.Register(e)
+	e.GET("/healthz", func(c *gin.Context) {
+		c.Header("Cache-Control", "no-store")
+		c.JSON(http.StatusOK, gin.H{"status": "ok"})
+	})
+	e.GET("/readyz", func(c *gin.Context) {
+		if err := a.Ready(c.Request.Context()); err != nil {
+			fail(c, err)
+			return
+		}
+		c.Header("Cache-Control", "no-store")
+		c.JSON(http.StatusOK, gin.H{"status": "ready"})
+	})
+	if a.metrics != nil {
+		e.GET("/metrics", gin.WrapH(promhttp.HandlerFor(a.metrics.Registry, promhttp.HandlerOpts{})))
+	}
+	return e, nil
+}
+
+// requestIDs takes a well-formed incoming X-Request-ID or makes one, puts
+// it in the request context and echoes it on the response.
+func requestIDs() gin.HandlerFunc {
+	var prefix [6]byte
+	_, _ = rand.Read(prefix[:]) // a zero prefix still gives unique IDs per process
+	p := hex.EncodeToString(prefix[:]) + "-"
+	var n atomic.Uint64
+	return func(c *gin.Context) {
+		id := c.GetHeader(RequestIDHeader)
+		if !validRequestID(id) {
+			id = p + strconv.FormatUint(n.Add(1), 10)
+		}
+		c.Header(RequestIDHeader, id)
+		c.Request = c.Request.WithContext(context.WithValue(c.Request.Context(), requestIDKey, id))
+		c.Next()
+	}
+}
+
+func validRequestID(id string) bool {
+	if id == "" || len(id) > 128 {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		b := id[i]
+		if !('a' <= b && b <= 'z' || 'A' <= b && b <= 'Z' || '0' <= b && b <= '9' || b == '-' || b == '_' || b == '.') {
+			return false
+		}
+	}
+	return true
+}
+
+// logRequests writes one line per request. It logs the path without the
+// query and never logs headers, so tokens and API keys stay out of logs.
+func logRequests(log *slog.Logger) gin.HandlerFunc {
+	return func(c *gin.Context) {
+		start := time.Now()
+		c.Next()
+		status := c.Writer.Status()
+		level := slog.LevelInfo
+		if status >= 500 {
+			level = slog.LevelError
+		}
+		log.LogAttrs(c.Request.Context(), level, "request",
+			slog.String("request_id", RequestID(c.Request.Context())),
+			slog.String("method", c.Request.Method),
+			slog.String("path", c.Request.URL.Path),
+			slog.Int("status", status),
+			slog.Float64("duration_ms", float64(time.Since(start).Microseconds())/1000),
+			slog.String("client_ip", c.ClientIP()),
+			slog.Int("bytes", c.Writer.Size()),
+		)
+	}
+}
+
+// recoverPanics turns a panic in a handler into 500 internal_error and a
+// log line, instead of a dropped connection.
+func recoverPanics(log *slog.Logger) gin.HandlerFunc {
+	return func(c *gin.Context) {
+		defer func() {
+			if v := recover(); v != nil {
+				if v == http.ErrAbortHandler {
+					panic(v)
+				}
+				log.LogAttrs(c.Request.Context(), slog.LevelError, "panic",
+					slog.String("request_id", RequestID(c.Request.Context())),
+					slog.String("panic", fmt.Sprint(v)))
+				if !c.Writer.Written() {
+					fail(c, ErrInternal)
+				}
+				c.Abort()
+			}
+		}()
+		c.Next()
+	}
+}

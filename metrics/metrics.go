@@ -1,0 +1,134 @@
+// Package metrics holds Replayguard's Prometheus collectors and a store
+// wrapper that times every store call.
+package metrics
+
+import (
+	"context"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/replayguard/replayguard/store"
+)
+
+// Metrics are the service's collectors. Create them with New; a nil
+// *Metrics is valid and records nothing.
+type Metrics struct {
+	// Registry holds every collector below plus the Go runtime and
+	// process collectors; serve it with promhttp.HandlerFor.
+	Registry *prometheus.Registry
+
+	issued      prometheus.Counter
+	redemptions *prometheus.CounterVec
+	storeDur    *prometheus.HistogramVec
+	storeErrs   *prometheus.CounterVec
+}
+
+// New returns Metrics registered on a fresh registry, with the Go runtime
+// and process collectors.
+func New() *Metrics {
+	reg := prometheus.NewRegistry()
+	m := &Metrics{
+		Registry: reg,
+		issued: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "replayguard_tokens_issued_total",
+			Help: "Tokens issued and stored.",
+		}),
+		redemptions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "replayguard_redemptions_total",
+			Help: "Token redemption attempts by outcome (the problem code, or redeemed).",
+		}, []string{"outcome"}),
+		storeDur: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "replayguard_store_duration_seconds",
+			Help:    "Duration of store calls by operation.",
+			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1},
+		}, []string{"op"}),
+		storeErrs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "replayguard_store_errors_total",
+			Help: "Store calls that failed (the outcome is unknown; the request was refused).",
+		}, []string{"op"}),
+	}
+	reg.MustRegister(m.issued, m.redemptions, m.storeDur, m.storeErrs,
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}
+
+// Issued counts one issued token.
+func (m *Metrics) Issued() {
+	if m != nil {
+		m.issued.Inc()
+	}
+}
+
+// Redemption counts one redemption attempt with its outcome.
+func (m *Metrics) Redemption(outcome string) {
+	if m != nil {
+		m.redemptions.WithLabelValues(outcome).Inc()
+	}
+}
+
+// Instrument returns st timed and counted by m. When st is also a
+// store.Limiter, so is the result. A nil m returns st unchanged.
+func (m *Metrics) Instrument(st store.Store) store.Store {
+	if m == nil {
+		return st
+	}
+	is := &instrumented{Store: st, m: m, obs: map[string]prometheus.Observer{}, errs: map[string]prometheus.Counter{}}
+	for _, op := range []string{"put", "redeem", "ping", "allow"} {
+		is.obs[op] = m.storeDur.WithLabelValues(op)
+		is.errs[op] = m.storeErrs.WithLabelValues(op)
+	}
+	if l, ok := st.(store.Limiter); ok {
+		return &instrumentedLimiter{instrumented: is, lim: l}
+	}
+	return is
+}
+
+type instrumented struct {
+	store.Store
+	m    *Metrics
+	obs  map[string]prometheus.Observer
+	errs map[string]prometheus.Counter
+}
+
+func (s *instrumented) done(op string, start time.Time, err error) {
+	s.obs[op].Observe(time.Since(start).Seconds())
+	if err != nil {
+		s.errs[op].Inc()
+	}
+}
+
+func (s *instrumented) PutToken(ctx context.Context, id string, t store.Token, exp time.Time) (bool, error) {
+	start := time.Now()
+	ok, err := s.Store.PutToken(ctx, id, t, exp)
+	s.done("put", start, err)
+	return ok, err
+}
+
+func (s *instrumented) RedeemToken(ctx context.Context, id string, t store.Token) (store.RedeemResult, error) {
+	start := time.Now()
+	res, err := s.Store.RedeemToken(ctx, id, t)
+	s.done("redeem", start, err)
+	return res, err
+}
+
+func (s *instrumented) Ping(ctx context.Context) error {
+	start := time.Now()
+	err := s.Store.Ping(ctx)
+	s.done("ping", start, err)
+	return err
+}
+
+type instrumentedLimiter struct {
+	*instrumented
+	lim store.Limiter
+}
+
+func (s *instrumentedLimiter) Allow(ctx context.Context, key string, l store.Limit) (bool, time.Duration, error) {
+	start := time.Now()
+	ok, retry, err := s.lim.Allow(ctx, key, l)
+	s.done("allow", start, err)
+	return ok, retry, err
+}
