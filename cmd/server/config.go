@@ -45,8 +45,8 @@ type config struct {
 // setting is one configuration variable and the flag that mirrors it.
 type setting struct {
 	env, flag, def, usage string
-	secret            bool // also readable from the file named by env+"_FILE"
-	parse             func(c *config, v string) error
+	secret                bool // also readable from the file named by env+"_FILE"
+	parse                 func(c *config, v string) error
 }
 
 // settings lists every variable the server reads, in README order.
