@@ -1,0 +1,47 @@
+// Package redis is the shared store: tokens and rate-limit counters kept in
+// Redis, so that any number of Replayguard instances can serve one set of
+// tokens. It works with any go-redis client: a single server, Sentinel
+// (failover), Ring or Redis Cluster.
+//
+// Each operation is one command, atomic on the server:
+//
+//   - PutToken is SET key value NX PXAT expiresAt;
+//   - RedeemToken is one Lua script (redeem.lua) that compares purpose and
+//     subject and deletes the token only when both match;
+//   - Allow is go-redis/redis_rate's GCRA script.
+//
+// A token lives under prefix + "t:{" + id + "}" (see Store.TokenKey). The
+// braces are a Cluster hash tag: every key a script touches for one token
+// shares its slot. Its value is purpose + "\n" + subject.
+//
+// # Clocks
+//
+// Token expiry and rate limits run on the Redis server's clock. A token
+// expires at the absolute time its issuer chose (PXAT), so skew between
+// the application's and the server's clocks lengthens or shortens its life
+// by that skew: keep both synchronised (NTP).
+//
+// # Failure
+//
+// Every call runs under the store's timeout (WithTimeout, 500ms by
+// default) and any failure is an error, never a success: an unreachable
+// Redis makes redemption fail closed. go-redis applies a context's
+// deadline to network reads and writes only when ContextTimeoutEnabled is
+// set, so set it; otherwise a call to a server that has stopped answering
+// blocks until the client's ReadTimeout (3s by default, per attempt):
+//
+//	client := goredis.NewUniversalClient(&goredis.UniversalOptions{
+//		Addrs:                 []string{"127.0.0.1:6379"},
+//		ContextTimeoutEnabled: true, // bound I/O by the store's timeout
+//	})
+//	s := redis.New(client, redis.WithPrefix("myapp:"))
+//	defer s.Close() // closes client too
+//
+// The store owns the client it is given: Close closes it.
+//
+// Redis replicates asynchronously. If a primary fails over, writes it
+// acknowledged just before may be lost: a token redeemed in that window
+// can be redeemed once more, and one just issued can vanish. The window
+// is the replication lag, usually milliseconds; where even that matters,
+// prefer a single primary with appendfsync always over automatic failover.
+package redis

@@ -1,0 +1,480 @@
+package redis_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"math"
+	"net"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	goredis "github.com/redis/go-redis/v9"
+	"go.uber.org/goleak"
+
+	"github.com/replayguard/replayguard/store"
+	"github.com/replayguard/replayguard/store/redis"
+	"github.com/replayguard/replayguard/store/storetest"
+)
+
+// Environment variables naming the real servers the tests run against.
+const (
+	envURL     = "REPLAYGUARD_TEST_REDIS_URL"           // redis://host:port/db
+	envCluster = "REPLAYGUARD_TEST_REDIS_CLUSTER_ADDRS" // host:port,host:port,...
+	envRequire = "REPLAYGUARD_TEST_REQUIRE"             // "1": a missing server fails
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// server returns the value of the environment variable name. When it is
+// unset the test is skipped, or fails when REPLAYGUARD_TEST_REQUIRE=1 or
+// CI=true: CI must run against real servers.
+func server(t testing.TB, name string) string {
+	t.Helper()
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	if os.Getenv(envRequire) == "1" || os.Getenv("CI") == "true" {
+		t.Fatalf("%s is not set; it is required when %s=1 or CI=true", name, envRequire)
+	}
+	t.Skipf("%s is not set", name)
+	return ""
+}
+
+// uniquePrefix returns a key prefix no other test run uses, so that runs
+// sharing a server never see each other's keys. Keys left behind expire
+// within an hour.
+func uniquePrefix(t testing.TB) string {
+	t.Helper()
+	b := make([]byte, 8)
+	if _, err := rand.Read(b); err != nil {
+		t.Fatal(err)
+	}
+	return "rgtest:" + hex.EncodeToString(b) + ":"
+}
+
+// clock is a manual clock safe for concurrent use.
+type clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func newClock() *clock { return &clock{t: time.Unix(1_700_000_000, 0)} }
+
+func (c *clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *clock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = c.t.Add(d)
+}
+
+// pttl reads a token's remaining lifetime with PTTL, for storetest.
+func pttl(t *testing.T, c goredis.Cmdable, s *redis.Store) func(id string) (time.Duration, bool) {
+	return func(id string) (time.Duration, bool) {
+		t.Helper()
+		d, err := c.PTTL(context.Background(), s.TokenKey(id)).Result()
+		if err != nil {
+			t.Fatalf("PTTL %s: %v", s.TokenKey(id), err)
+		}
+		switch d {
+		case -2: // no such key
+			return 0, false
+		case -1: // no expiry: longer than any lifetime a test expects
+			return math.MaxInt64, true
+		}
+		return d, true
+	}
+}
+
+// newMiniredis returns a store on a fresh miniredis whose clock the
+// instance controls. miniredis keeps TTLs relative: Advance moves its clock
+// (for PXAT and TIME) and fast-forwards the TTLs it holds.
+func newMiniredis(t *testing.T, opts ...redis.Option) (*redis.Store, *miniredis.Miniredis, storetest.Instance) {
+	t.Helper()
+	mr := miniredis.RunT(t)
+	c := newClock()
+	mr.SetTime(c.Now())
+	client := goredis.NewClient(&goredis.Options{Addr: mr.Addr(), ContextTimeoutEnabled: true})
+	s := redis.New(client, append([]redis.Option{redis.WithClock(c.Now)}, opts...)...)
+	advance := func(d time.Duration) {
+		c.Advance(d)
+		mr.SetTime(c.Now())
+		mr.FastForward(d)
+	}
+	return s, mr, storetest.Instance{Store: s, Limiter: s, Now: c.Now, Advance: advance, TTL: pttl(t, client, s)}
+}
+
+// realInstance wraps a store on a real server. The server's clock is the
+// real one: Now is time.Now and Advance sleeps.
+func realInstance(t *testing.T, client goredis.UniversalClient) (*redis.Store, storetest.Instance) {
+	s := redis.New(client, redis.WithPrefix(uniquePrefix(t)))
+	return s, storetest.Instance{Store: s, Limiter: s, Now: time.Now, Advance: time.Sleep, TTL: pttl(t, client, s)}
+}
+
+func newRedisClient(t testing.TB) *goredis.Client {
+	t.Helper()
+	opt, err := goredis.ParseURL(server(t, envURL))
+	if err != nil {
+		t.Fatalf("%s: %v", envURL, err)
+	}
+	opt.ContextTimeoutEnabled = true
+	return goredis.NewClient(opt)
+}
+
+func newClusterClient(t testing.TB) *goredis.ClusterClient {
+	t.Helper()
+	addrs := strings.Split(server(t, envCluster), ",")
+	return goredis.NewClusterClient(&goredis.ClusterOptions{Addrs: addrs, ContextTimeoutEnabled: true})
+}
+
+func TestConformanceMiniredis(t *testing.T) {
+	storetest.Run(t, func(t *testing.T) storetest.Instance {
+		// miniredis serialises every command and builds a Lua VM per script:
+		// the suite's 1,000 concurrent redemptions take about a second under
+		// -race on two CPUs, so the default 500ms timeout is raised here.
+		_, _, in := newMiniredis(t, redis.WithTimeout(10*time.Second))
+		return in
+	})
+}
+
+func TestConformanceRedis(t *testing.T) {
+	server(t, envURL)
+	storetest.Run(t, func(t *testing.T) storetest.Instance {
+		_, in := realInstance(t, newRedisClient(t))
+		return in
+	})
+}
+
+func TestConformanceCluster(t *testing.T) {
+	server(t, envCluster)
+	storetest.Run(t, func(t *testing.T) storetest.Instance {
+		_, in := realInstance(t, newClusterClient(t))
+		return in
+	})
+}
+
+// TestClusterHashTags checks, with the cluster's own CLUSTER KEYSLOT, that
+// every key kept for one token ID shares a slot (so one script may touch
+// them all) while different IDs still spread over the cluster.
+func TestClusterHashTags(t *testing.T) {
+	client := newClusterClient(t)
+	prefix := uniquePrefix(t)
+	s := redis.New(client, redis.WithPrefix(prefix))
+	defer s.Close()
+	ctx := context.Background()
+	slot := func(key string) int64 {
+		t.Helper()
+		n, err := client.ClusterKeySlot(ctx, key).Result()
+		if err != nil {
+			t.Fatalf("CLUSTER KEYSLOT %s: %v", key, err)
+		}
+		return n
+	}
+	for _, id := range []string{"1", storetest.ID(), "with{braces}inside", "ünïcødé", "a:b/c"} {
+		t.Run(id, func(t *testing.T) {
+			tk, rk := s.TokenKey(id), prefix+"r:{"+id+"}"
+			if a, b := slot(tk), slot(rk); a != b {
+				t.Fatalf("slot(%q) = %d, slot(%q) = %d; want one slot", tk, a, rk, b)
+			}
+		})
+	}
+	slots := map[int64]bool{}
+	for range 20 {
+		slots[slot(s.TokenKey(storetest.ID()))] = true
+	}
+	if len(slots) < 2 {
+		t.Fatalf("20 token IDs all hash to one slot: the prefix must not pin keys to a slot")
+	}
+}
+
+// TestKeys pins the key layout and value encoding the docs describe, which
+// operators rely on for ACL patterns and debugging.
+func TestKeys(t *testing.T) {
+	ctx := context.Background()
+	tests := []struct {
+		name   string
+		opts   []redis.Option
+		prefix string
+	}{
+		{"default prefix", nil, "rg:"},
+		{"empty prefix keeps the default", []redis.Option{redis.WithPrefix("")}, "rg:"},
+		{"custom prefix", []redis.Option{redis.WithPrefix("app:")}, "app:"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			s, mr, in := newMiniredis(t, tc.opts...)
+			defer s.Close()
+			if got, want := s.TokenKey("42"), tc.prefix+"t:{42}"; got != want {
+				t.Fatalf("TokenKey = %q, want %q", got, want)
+			}
+			tok := store.Token{Purpose: "checkout", Subject: "a\nb"}
+			if _, err := s.PutToken(ctx, "42", tok, in.Now().Add(time.Minute)); err != nil {
+				t.Fatal(err)
+			}
+			if got, err := mr.Get(tc.prefix + "t:{42}"); err != nil || got != "checkout\na\nb" {
+				t.Fatalf("stored value = %q, %v; want %q", got, err, "checkout\na\nb")
+			}
+			if _, _, err := s.Allow(ctx, "ip:1.2.3.4", store.Limit{Rate: 1, Burst: 1, Period: time.Minute}); err != nil {
+				t.Fatal(err)
+			}
+			if key := "rate:" + tc.prefix + "ip:1.2.3.4"; !mr.Exists(key) {
+				t.Fatalf("limiter key %q missing; keys: %q", key, mr.Keys())
+			}
+		})
+	}
+}
+
+// TestPurposeWithNewline checks that the purpose/subject encoding cannot be
+// confused by a purpose containing the separator.
+func TestPurposeWithNewline(t *testing.T) {
+	s, _, in := newMiniredis(t)
+	defer s.Close()
+	ctx := context.Background()
+	if _, err := s.PutToken(ctx, "bad", store.Token{Purpose: "a\nb"}, in.Now().Add(time.Minute)); err == nil {
+		t.Fatal("put with a newline in the purpose succeeded; want an error")
+	}
+	stored := store.Token{Purpose: "a", Subject: "b\nc"}
+	if _, err := s.PutToken(ctx, "1", stored, in.Now().Add(time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name      string
+		id        string
+		presented store.Token
+		want      store.RedeemResult
+	}{
+		{"same encoded value", "1", store.Token{Purpose: "a\nb", Subject: "c"}, store.PurposeMismatch},
+		{"prefix of the encoded value", "1", store.Token{Purpose: "a\nb"}, store.PurposeMismatch},
+		{"absent token", "2", store.Token{Purpose: "a\nb", Subject: "c"}, store.Absent},
+		{"the real token", "1", stored, store.Redeemed},
+	}
+	for _, tc := range tests {
+		if got, err := s.RedeemToken(ctx, tc.id, tc.presented); err != nil || got != tc.want {
+			t.Fatalf("%s: redeem = %v, %v; want %v", tc.name, got, err, tc.want)
+		}
+	}
+}
+
+// TestScriptCacheFlushed checks the EVAL fallback when the server has
+// forgotten the script (restart, failover, SCRIPT FLUSH).
+func TestScriptCacheFlushed(t *testing.T) {
+	s, mr, in := newMiniredis(t)
+	defer s.Close()
+	ctx := context.Background()
+	admin := goredis.NewClient(&goredis.Options{Addr: mr.Addr()})
+	defer admin.Close()
+	tok := store.Token{Purpose: "p"}
+	for i := range 2 {
+		id := storetest.ID()
+		if _, err := s.PutToken(ctx, id, tok, in.Now().Add(time.Minute)); err != nil {
+			t.Fatal(err)
+		}
+		if res, err := s.RedeemToken(ctx, id, tok); err != nil || res != store.Redeemed {
+			t.Fatalf("redeem %d = %v, %v", i, res, err)
+		}
+		if err := admin.ScriptFlush(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func TestClosedStoreRefusesCalls(t *testing.T) {
+	s, _, in := newMiniredis(t)
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatalf("second Close: %v", err)
+	}
+	ctx := context.Background()
+	for name, err := range calls(ctx, s, in.Now()) {
+		if !errors.Is(err, store.ErrClosed) {
+			t.Errorf("%s after Close: err = %v, want store.ErrClosed", name, err)
+		}
+	}
+}
+
+// calls makes one of each store call and returns their errors by name.
+func calls(ctx context.Context, s *redis.Store, now time.Time) map[string]error {
+	errs := map[string]error{}
+	_, errs["PutToken"] = s.PutToken(ctx, "x", store.Token{Purpose: "p"}, now.Add(time.Minute))
+	_, errs["RedeemToken"] = s.RedeemToken(ctx, "x", store.Token{Purpose: "p"})
+	errs["Ping"] = s.Ping(ctx)
+	_, _, errs["Allow"] = s.Allow(ctx, "x", store.Limit{Rate: 1, Burst: 1, Period: time.Second})
+	return errs
+}
+
+// TestUnreachableRedis checks that every call fails, rather than hanging or
+// succeeding, when Redis cannot answer. The client's own timeouts are set
+// far beyond the bound checked here, so only the store's timeout can end
+// the calls in time.
+func TestUnreachableRedis(t *testing.T) {
+	tests := []struct {
+		name string
+		addr func(t *testing.T) string
+	}{
+		{"stopped miniredis", func(t *testing.T) string {
+			mr := miniredis.RunT(t)
+			addr := mr.Addr()
+			mr.Close()
+			return addr
+		}},
+		{"server that accepts and never answers", silentServer},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			client := goredis.NewClient(&goredis.Options{
+				Addr:                  tc.addr(t),
+				ContextTimeoutEnabled: true,
+				DialTimeout:           time.Minute,
+				ReadTimeout:           time.Minute,
+				WriteTimeout:          time.Minute,
+			})
+			s := redis.New(client, redis.WithTimeout(100*time.Millisecond))
+			defer s.Close()
+			start := time.Now()
+			for name, err := range calls(context.Background(), s, time.Now()) {
+				if err == nil {
+					t.Errorf("%s succeeded against an unreachable Redis; want an error", name)
+				}
+			}
+			if d := time.Since(start); d > 5*time.Second {
+				t.Errorf("calls took %v; the store's timeout did not bound them", d)
+			}
+		})
+	}
+}
+
+// silentServer listens on a loopback port, accepts connections and never
+// writes a byte. It stops when the test ends.
+func silentServer(t *testing.T) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var conns []net.Conn
+	wg.Go(func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+		}
+	})
+	t.Cleanup(func() {
+		ln.Close()
+		wg.Wait()
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+	return ln.Addr().String()
+}
+
+// Example shows a store on a throwaway miniredis; in production the client
+// points at Redis and sets ContextTimeoutEnabled.
+func Example() {
+	mr, err := miniredis.Run()
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer mr.Close()
+	client := goredis.NewClient(&goredis.Options{Addr: mr.Addr(), ContextTimeoutEnabled: true})
+	s := redis.New(client, redis.WithPrefix("example:"), redis.WithTimeout(time.Second))
+	defer s.Close() // closes client
+
+	ctx := context.Background()
+	tok := store.Token{Purpose: "checkout", Subject: "alice"}
+	created, err := s.PutToken(ctx, "42", tok, time.Now().Add(time.Minute))
+	fmt.Println(created, err)
+	fmt.Println(s.RedeemToken(ctx, "42", store.Token{Purpose: "login", Subject: "alice"}))
+	fmt.Println(s.RedeemToken(ctx, "42", tok))
+	fmt.Println(s.RedeemToken(ctx, "42", tok))
+	// Output:
+	// true <nil>
+	// purpose_mismatch <nil>
+	// redeemed <nil>
+	// absent <nil>
+}
+
+// putAll stores tok under every id with a few concurrent writers.
+func putAll(b *testing.B, s *redis.Store, ids []string, tok store.Token) {
+	b.Helper()
+	exp := time.Now().Add(time.Hour)
+	var next atomic.Int64
+	var failed atomic.Pointer[error]
+	var wg sync.WaitGroup
+	for range 32 {
+		wg.Go(func() {
+			for i := next.Add(1) - 1; i < int64(len(ids)); i = next.Add(1) - 1 {
+				if _, err := s.PutToken(context.Background(), ids[i], tok, exp); err != nil {
+					failed.CompareAndSwap(nil, &err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if err := failed.Load(); err != nil {
+		b.Fatal(*err)
+	}
+}
+
+func BenchmarkRedeem(b *testing.B) {
+	s := redis.New(newRedisClient(b), redis.WithPrefix(uniquePrefix(b)))
+	defer s.Close()
+	tok := store.Token{Purpose: "default", Subject: "bench"}
+	ids := make([]string, b.N)
+	for i := range ids {
+		ids[i] = storetest.ID()
+	}
+	putAll(b, s, ids, tok)
+	var next atomic.Int64
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			id := ids[next.Add(1)-1]
+			if res, err := s.RedeemToken(context.Background(), id, tok); err != nil || res != store.Redeemed {
+				b.Errorf("redeem %s = %v, %v", id, res, err)
+				return
+			}
+		}
+	})
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "redeems/s")
+}
+
+func BenchmarkPut(b *testing.B) {
+	s := redis.New(newRedisClient(b), redis.WithPrefix(uniquePrefix(b)))
+	defer s.Close()
+	tok := store.Token{Purpose: "default", Subject: "bench"}
+	exp := time.Now().Add(time.Minute)
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			id := storetest.ID()
+			if created, err := s.PutToken(context.Background(), id, tok, exp); err != nil || !created {
+				b.Errorf("put %s = %v, %v", id, created, err)
+				return
+			}
+		}
+	})
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "puts/s")
+}
