@@ -49,3 +49,17 @@ func BenchmarkRedeem(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkParseForged measures rejecting a well-formed token with the
+// current kid signed by another key: the attack the fast path is for.
+func BenchmarkParseForged(b *testing.B) {
+	f := newFixture(b)
+	other := newFixture(b, token.Key{ID: "a", Secret: []byte("another-key-another-key-another-k")})
+	forged := other.issue(b, token.IssueRequest{}).Token
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := f.svc.Parse(forged); err == nil {
+			b.Fatal("forged token accepted")
+		}
+	}
+}
