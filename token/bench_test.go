@@ -2,10 +2,72 @@ package token_test
 
 import (
 	"context"
+	"os"
 	"testing"
 
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/replayguard/replayguard/store"
+	redisstore "github.com/replayguard/replayguard/store/redis"
 	"github.com/replayguard/replayguard/token"
 )
+
+// BenchmarkStores runs issue and redeem through the whole Service on each
+// store: memory always, Redis when REPLAYGUARD_TEST_REDIS_URL is set.
+// Issue is bounded by sonyflake v1 (256 IDs per 10 ms per machine ID).
+func BenchmarkStores(b *testing.B) {
+	stores := map[string]func(b *testing.B) store.Store{
+		"memory": func(b *testing.B) store.Store { return newFixture(b).store.Store },
+		"redis": func(b *testing.B) store.Store {
+			url := os.Getenv("REPLAYGUARD_TEST_REDIS_URL")
+			if url == "" {
+				b.Skip("REPLAYGUARD_TEST_REDIS_URL not set")
+			}
+			opt, err := goredis.ParseURL(url)
+			if err != nil {
+				b.Fatal(err)
+			}
+			st := redisstore.New(goredis.NewClient(opt), redisstore.WithPrefix("rgbench:"))
+			b.Cleanup(func() { _ = st.Close() })
+			return st
+		},
+	}
+	for _, name := range []string{"memory", "redis"} {
+		b.Run(name, func(b *testing.B) {
+			st := stores[name](b)
+			svc, err := token.New(st, []token.Key{keyA}, token.WithMachineID(3))
+			if err != nil {
+				b.Fatal(err)
+			}
+			ctx := context.Background()
+			b.Run("issue", func(b *testing.B) {
+				b.ReportAllocs()
+				for b.Loop() {
+					if _, err := svc.Issue(ctx, token.IssueRequest{}); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+			b.Run("redeem", func(b *testing.B) {
+				toks := make([]string, b.N)
+				for i := range toks {
+					is, err := svc.Issue(ctx, token.IssueRequest{})
+					if err != nil {
+						b.Fatal(err)
+					}
+					toks[i] = is.Token
+				}
+				b.ReportAllocs()
+				b.ResetTimer()
+				for i := range b.N {
+					if _, err := svc.Redeem(ctx, toks[i], "", ""); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		})
+	}
+}
 
 // BenchmarkIssue measures issuing on the memory store: sonyflake ID,
 // store put and HS256 signing.
