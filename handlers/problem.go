@@ -98,6 +98,9 @@ func ProblemFor(err error) Problem {
 	switch {
 	case p.status >= 500:
 		pr.Detail = serverDetail[p.code]
+	case p.err == token.ErrInvalid:
+		// Saying which check failed would help a forger; say what to do.
+		pr.Detail = "The token is malformed, forged, or signed with a key this server does not know. Fetch a new token."
 	default:
 		pr.Detail = strings.TrimPrefix(err.Error(), p.err.Error()+": ")
 		if pr.Detail == p.err.Error() {
@@ -131,9 +134,12 @@ func WriteProblem(w http.ResponseWriter, r *http.Request, err error) {
 	h.Set("Content-Type", "application/problem+json")
 	h.Set("Cache-Control", "no-store")
 	var ra retryAfterError
-	if errors.As(err, &ra) {
+	switch {
+	case errors.As(err, &ra):
 		secs := int((ra.after + time.Second - 1) / time.Second)
 		h.Set("Retry-After", strconv.Itoa(max(secs, 1)))
+	case p.Status == http.StatusServiceUnavailable:
+		h.Set("Retry-After", "1")
 	}
 	if p.Code == "unauthorized" {
 		h.Set("WWW-Authenticate", `Bearer realm="replayguard"`)

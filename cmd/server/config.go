@@ -62,7 +62,7 @@ var settings = []setting{
 		}},
 	{"REPLAYGUARD_API_KEYS", "api-keys", "", "comma-separated API keys; when set, redeem requires Authorization: Bearer <key>", true,
 		func(c *config, v string) error { c.APIKeys = splitList(v); return nil }},
-	{"REPLAYGUARD_MACHINE_ID", "machine-id", "", "sonyflake machine ID, 0-65535 (default: from the private IPv4 address)", false,
+	{"REPLAYGUARD_MACHINE_ID", "machine-id", "", "sonyflake machine ID, 0-65535; empty: from the private IPv4 address", false,
 		func(c *config, v string) error {
 			if v == "" {
 				return nil
@@ -102,7 +102,13 @@ var settings = []setting{
 			return nil
 		}},
 	{"REPLAYGUARD_KEY_PREFIX", "key-prefix", "rg:", "prefix of every Redis key", false,
-		func(c *config, v string) error { c.KeyPrefix = v; return nil }},
+		func(c *config, v string) error {
+			if v == "" || strings.ContainsAny(v, "{}") {
+				return errors.New("must be non-empty and free of { and }, which Redis Cluster reads as a hash tag")
+			}
+			c.KeyPrefix = v
+			return nil
+		}},
 	{"REPLAYGUARD_STORE_TIMEOUT", "store-timeout", "500ms", "deadline of every store call", false,
 		func(c *config, v string) (err error) { c.StoreTimeout, err = parseDuration(v); return err }},
 	{"REPLAYGUARD_MEMORY_MAX_ENTRIES", "memory-max-entries", "1000000", "live tokens the embedded store holds at most", false,

@@ -1,0 +1,413 @@
+package main
+
+import (
+	"bufio"
+	"encoding/base64"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/goccy/go-yaml"
+)
+
+// These tests keep the deployment files and the README in step with the
+// settings table, without a Docker engine: every variable docker-compose.yml
+// sets is one the server reads, the values it sets load, the service builds
+// from the Dockerfile that exists, and README.md documents every variable
+// with its flag and default.
+
+// composeRepoRoot is the repository root, relative to this package's directory.
+const composeRepoRoot = "../.."
+
+// composeFile is the part of docker-compose.yml the tests read.
+type composeFile struct {
+	Services map[string]composeService `yaml:"services"`
+}
+
+type composeService struct {
+	Image       string         `yaml:"image"`
+	Build       any            `yaml:"build"`
+	Environment any            `yaml:"environment"`
+	Ports       []any          `yaml:"ports"`
+	DependsOn   any            `yaml:"depends_on"`
+	Healthcheck map[string]any `yaml:"healthcheck"`
+}
+
+func loadCompose(t *testing.T) composeFile {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(composeRepoRoot, "docker-compose.yml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var f composeFile
+	if err := yaml.Unmarshal(data, &f); err != nil {
+		t.Fatalf("docker-compose.yml: %v", err)
+	}
+	return f
+}
+
+// composeEnvironment reads a service's environment in either of Compose's
+// forms: a map of NAME: value, or a list of "NAME=value" (or bare "NAME",
+// passed through from the host). A nil value means "from the host".
+func composeEnvironment(v any) (map[string]*string, error) {
+	env := map[string]*string{}
+	switch e := v.(type) {
+	case nil:
+	case map[string]any:
+		for name, val := range e {
+			if val == nil {
+				env[name] = nil
+				continue
+			}
+			s := fmt.Sprint(val)
+			env[name] = &s
+		}
+	case []any:
+		for _, item := range e {
+			s, ok := item.(string)
+			if !ok {
+				return nil, fmt.Errorf("environment entry %v is not a string", item)
+			}
+			name, val, ok := strings.Cut(s, "=")
+			if !ok {
+				env[name] = nil
+				continue
+			}
+			env[name] = &val
+		}
+	default:
+		return nil, fmt.Errorf("environment is a %T, want a map or a list", v)
+	}
+	return env, nil
+}
+
+func TestComposeEnvironmentForms(t *testing.T) {
+	tests := []struct {
+		name string
+		yaml string
+		want map[string]string // "<host>" for a value passed through
+	}{
+		{"map form", "environment:\n  A: x\n  B: \"1\"\n  C:\n", map[string]string{"A": "x", "B": "1", "C": "<host>"}},
+		{"list form", "environment:\n  - A=x\n  - B=a=b\n  - C\n", map[string]string{"A": "x", "B": "a=b", "C": "<host>"}},
+		{"no environment", "image: x\n", map[string]string{}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var s composeService
+			if err := yaml.Unmarshal([]byte(tt.yaml), &s); err != nil {
+				t.Fatal(err)
+			}
+			env, err := composeEnvironment(s.Environment)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := map[string]string{}
+			for k, v := range env {
+				got[k] = "<host>"
+				if v != nil {
+					got[k] = *v
+				}
+			}
+			if fmt.Sprint(got) != fmt.Sprint(tt.want) {
+				t.Errorf("got %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
+
+// composeInterpolation is Compose's ${NAME}, ${NAME:-default} and ${NAME:?error}.
+var composeInterpolation = regexp.MustCompile(`\$\{([A-Za-z_][A-Za-z0-9_]*)(?:(:?[-?])([^}]*))?\}`)
+
+// composeInterpolate resolves v as Compose would with the host environment host.
+func composeInterpolate(v string, host map[string]string) (string, error) {
+	var err error
+	out := composeInterpolation.ReplaceAllStringFunc(v, func(m string) string {
+		p := composeInterpolation.FindStringSubmatch(m)
+		name, op, arg := p[1], p[2], p[3]
+		val, set := host[name]
+		switch {
+		case set && (val != "" || !strings.HasPrefix(op, ":")):
+			return val
+		case strings.HasSuffix(op, "-"):
+			return arg
+		case strings.HasSuffix(op, "?"):
+			err = fmt.Errorf("%s is required (%s)", name, arg)
+		}
+		return ""
+	})
+	return out, err
+}
+
+func TestComposeReplayguardService(t *testing.T) {
+	f := loadCompose(t)
+	svc, ok := f.Services["replayguard"]
+	if !ok {
+		t.Fatal("docker-compose.yml has no replayguard service")
+	}
+	env, err := composeEnvironment(svc.Environment)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(env) == 0 {
+		t.Fatal("the replayguard service sets no environment")
+	}
+
+	t.Run("sets only variables the server reads", func(t *testing.T) {
+		known := envNames()
+		for name := range env {
+			if !slices.Contains(known, name) {
+				t.Errorf("docker-compose.yml sets %s, which the server does not read", name)
+			}
+		}
+	})
+
+	t.Run("its values load", func(t *testing.T) {
+		// What an operator puts in .env for the required variables.
+		host := map[string]string{
+			"REPLAYGUARD_SIGNING_KEYS": "2026-01:" + base64.StdEncoding.EncodeToString([]byte(strings.Repeat("k", 32))),
+			"REPLAYGUARD_API_KEYS":     "backend-key",
+		}
+		vals := map[string]string{}
+		for name, v := range env {
+			if v == nil {
+				vals[name] = host[name]
+				continue
+			}
+			s, err := composeInterpolate(*v, host)
+			if err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
+			vals[name] = s
+		}
+		cfg, err := loadConfig(nil, func(name string) string { return vals[name] })
+		if err != nil {
+			t.Fatalf("the compose environment does not load: %v", err)
+		}
+		if cfg.RedisURL == nil || cfg.RedisURL.Addr != "redis:6379" {
+			t.Errorf("the service does not use the redis service: %+v", cfg.RedisURL)
+		}
+		if len(cfg.SigningKeys) == 0 || len(cfg.APIKeys) == 0 {
+			t.Error("the service runs without signing keys or API keys")
+		}
+	})
+
+	t.Run("required secrets fail loudly when unset", func(t *testing.T) {
+		for _, name := range []string{"REPLAYGUARD_SIGNING_KEYS", "REPLAYGUARD_API_KEYS"} {
+			v := env[name]
+			if v == nil {
+				t.Errorf("%s is not set by the service", name)
+				continue
+			}
+			if _, err := composeInterpolate(*v, nil); err == nil {
+				t.Errorf("%s = %q: want ${%s:?...} so compose refuses to start without it", name, *v, name)
+			}
+		}
+	})
+
+	t.Run("builds from the Dockerfile that exists", func(t *testing.T) {
+		buildContext, dockerfile := ".", "Dockerfile"
+		switch b := svc.Build.(type) {
+		case string:
+			buildContext = b
+		case map[string]any:
+			if c, ok := b["context"].(string); ok {
+				buildContext = c
+			}
+			if d, ok := b["dockerfile"].(string); ok {
+				dockerfile = d
+			}
+		default:
+			t.Fatalf("the replayguard service has build %v, want a build context", svc.Build)
+		}
+		path := filepath.Join(composeRepoRoot, buildContext, dockerfile)
+		data, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatalf("the service builds from %s: %v", path, err)
+		}
+		df := dockerfileInstructions(string(data))
+		if !slices.ContainsFunc(df["RUN"], func(s string) bool { return strings.Contains(s, "./cmd/server") }) {
+			t.Error("the Dockerfile does not build ./cmd/server")
+		}
+		if len(df["USER"]) == 0 || slices.ContainsFunc(df["USER"], func(s string) bool { return s == "root" || strings.HasPrefix(s, "0") }) {
+			t.Errorf("the Dockerfile runs as %v, want a non-root user", df["USER"])
+		}
+		port := composeContainerPort(t, composeLiteral(env, "REPLAYGUARD_ADDR"))
+		if !slices.Contains(df["EXPOSE"], port) {
+			t.Errorf("the Dockerfile exposes %v, want the server's port %s", df["EXPOSE"], port)
+		}
+	})
+
+	t.Run("publishes the port the server listens on", func(t *testing.T) {
+		port := composeContainerPort(t, composeLiteral(env, "REPLAYGUARD_ADDR"))
+		var published []string
+		for _, p := range svc.Ports {
+			s := fmt.Sprint(p)
+			published = append(published, s[strings.LastIndex(s, ":")+1:])
+		}
+		if !slices.Contains(published, port) {
+			t.Errorf("ports %v do not publish the server's port %s", svc.Ports, port)
+		}
+	})
+
+	t.Run("waits for a healthy redis", func(t *testing.T) {
+		deps, _ := svc.DependsOn.(map[string]any)
+		redis, _ := deps["redis"].(map[string]any)
+		if redis["condition"] != "service_healthy" {
+			t.Errorf("depends_on = %v, want redis with condition service_healthy", svc.DependsOn)
+		}
+		if r, ok := f.Services["redis"]; !ok || r.Healthcheck == nil {
+			t.Error("the redis service has no healthcheck")
+		}
+	})
+}
+
+// composeLiteral returns the literal value env sets for name, or "" (the default).
+func composeLiteral(env map[string]*string, name string) string {
+	if v := env[name]; v != nil {
+		return *v
+	}
+	return ""
+}
+
+// composeContainerPort is the port of a listen address; empty means the default.
+func composeContainerPort(t *testing.T, addr string) string {
+	t.Helper()
+	if addr == "" {
+		addr = composeSettingDefault(t, "REPLAYGUARD_ADDR")
+	}
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		t.Fatalf("REPLAYGUARD_ADDR %q: %v", addr, err)
+	}
+	return port
+}
+
+func composeSettingDefault(t *testing.T, env string) string {
+	t.Helper()
+	for _, s := range settings {
+		if s.env == env {
+			return s.def
+		}
+	}
+	t.Fatalf("no setting %s", env)
+	return ""
+}
+
+// dockerfileInstructions maps each instruction to its arguments, one entry
+// per occurrence (continuation lines joined).
+func dockerfileInstructions(src string) map[string][]string {
+	out := map[string][]string{}
+	var line string
+	sc := bufio.NewScanner(strings.NewReader(src))
+	for sc.Scan() {
+		l := strings.TrimSpace(sc.Text())
+		if strings.HasPrefix(l, "#") || (l == "" && line == "") {
+			continue
+		}
+		if cont, ok := strings.CutSuffix(l, `\`); ok {
+			line += cont + " "
+			continue
+		}
+		line += l
+		instr, args, _ := strings.Cut(strings.TrimSpace(line), " ")
+		instr = strings.ToUpper(instr)
+		if instr == "EXPOSE" {
+			for _, p := range strings.Fields(args) {
+				p, _, _ = strings.Cut(p, "/")
+				out[instr] = append(out[instr], p)
+			}
+		} else {
+			out[instr] = append(out[instr], strings.TrimSpace(args))
+		}
+		line = ""
+	}
+	return out
+}
+
+// readmeConfigRows returns the rows of README.md's configuration table,
+// keyed by variable: [flag, default, meaning], with backticks removed and
+// "—" read as empty.
+func readmeConfigRows(t *testing.T) map[string][3]string {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(composeRepoRoot, "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, ok := strings.Cut(string(data), "\n## Configuration\n")
+	if !ok {
+		t.Fatal(`README.md has no "## Configuration" section`)
+	}
+	section, _, _ = strings.Cut(section, "\n## ")
+	rows := map[string][3]string{}
+	for _, l := range strings.Split(section, "\n") {
+		if !strings.HasPrefix(l, "| `REPLAYGUARD_") {
+			continue
+		}
+		cells := strings.Split(strings.Trim(l, "| "), " | ")
+		if len(cells) != 4 {
+			t.Errorf("README.md configuration row has %d cells, want 4: %s", len(cells), l)
+			continue
+		}
+		for i, c := range cells {
+			c = strings.Trim(strings.TrimSpace(c), "`")
+			if c == "—" {
+				c = ""
+			}
+			cells[i] = c
+		}
+		if _, dup := rows[cells[0]]; dup {
+			t.Errorf("README.md documents %s twice", cells[0])
+		}
+		rows[cells[0]] = [3]string{cells[1], cells[2], cells[3]}
+	}
+	return rows
+}
+
+func TestREADMEConfigurationTable(t *testing.T) {
+	rows := readmeConfigRows(t)
+
+	t.Run("documents every variable the server reads", func(t *testing.T) {
+		for _, name := range envNames() {
+			if _, ok := rows[name]; !ok {
+				t.Errorf("README.md's configuration table lacks %s", name)
+			}
+		}
+	})
+
+	t.Run("documents no variable the server does not read", func(t *testing.T) {
+		known := envNames()
+		for name := range rows {
+			if !slices.Contains(known, name) {
+				t.Errorf("README.md documents %s, which the server does not read", name)
+			}
+		}
+	})
+
+	t.Run("flags and defaults match the settings table", func(t *testing.T) {
+		for _, s := range settings {
+			row, ok := rows[s.env]
+			if !ok {
+				continue // reported above
+			}
+			if row[0] != "-"+s.flag {
+				t.Errorf("%s: README says flag %q, the code -%s", s.env, row[0], s.flag)
+			}
+			if row[1] != s.def {
+				t.Errorf("%s: README says default %q, the code %q", s.env, row[1], s.def)
+			}
+			if row[2] == "" {
+				t.Errorf("%s: README gives no meaning", s.env)
+			}
+			if file, ok := rows[s.env+"_FILE"]; ok && s.secret {
+				if file[0] != "" || file[2] == "" {
+					t.Errorf("%s_FILE: README row %q: want no flag and a meaning", s.env, file)
+				}
+			}
+		}
+	})
+}

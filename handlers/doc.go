@@ -1,0 +1,122 @@
+// Package handlers puts Replayguard's single-use tokens on HTTP: the token
+// API (issue and redeem), the standalone server's engine, and a Guard
+// middleware that protects an application's own routes.
+//
+// # Token API
+//
+// New returns an API; Register (or Mount, which does both) adds to a Gin
+// router:
+//
+//	POST /v1/tokens         issue: optional JSON {"purpose","ttl_seconds","subject"}
+//	                        or ?purpose=; 201 {"token","id","purpose","expires_at","expires_in"}
+//	POST /v1/tokens/redeem  redeem: Idempotency-Token header or JSON {"token","purpose","subject"};
+//	                        200 {"status":"redeemed","id","purpose","subject"} once, then 409
+//	OPTIONS /v1/tokens      CORS preflight for the origins given to WithCORSOrigins
+//
+// Engine wraps the API in a complete Gin engine with GET /healthz,
+// GET /readyz, GET /metrics, request IDs, JSON request logs and panic
+// recovery: it is what cmd/server serves.
+//
+// # Guard
+//
+// A Guard redeems the token a request carries before the protected
+// handler runs. RequireToken is the Gin middleware and RequireTokenHandler
+// the net/http one (func(http.Handler) http.Handler); both call the same
+// Redeem. The token comes from the Idempotency-Token header (TokenHeader),
+// else from the idempotency_token form field (TokenField), which
+// HiddenField and Guard.Field render so that server-rendered forms work
+// without JavaScript. The redeemed claims are available to the handler
+// through TokenFrom. WithSubjectFunc binds tokens to the signed-in user;
+// WithErrorHandler and FailureReason let an HTML app render its own page
+// for a refused request.
+//
+// # Errors
+//
+// Every refusal is an RFC 9457 application/problem+json answer with a
+// stable code; the type URI is ProblemTypePrefix followed by the code,
+// e.g. urn:replayguard:problem:token_used. ProblemFor holds the one table
+// that maps errors to statuses and codes:
+//
+//	400 invalid_request      malformed body, purpose, subject or TTL; no token sent
+//	401 unauthorized         REPLAYGUARD_API_KEYS is set and the Bearer key is missing or wrong
+//	401 token_invalid        malformed, forged, unknown kid, not HS256
+//	401 token_expired        exp has passed
+//	403 subject_not_allowed  a subject was asked for without a valid API key
+//	403 purpose_mismatch     issued for another purpose (the token stays valid)
+//	403 subject_mismatch     bound to another subject (the token stays valid)
+//	403 cors_rejected        preflight from an origin that is not allowed
+//	404 not_found            no such route
+//	405 method_not_allowed   the route exists for other methods
+//	409 token_used           already redeemed
+//	413 payload_too_large    body over MaxBodyBytes (64 KiB)
+//	429 rate_limited         over the per-IP issue rate; Retry-After says when to retry
+//	503 store_full           the bounded memory store is full
+//	503 store_unavailable    the store did not confirm: nothing was done
+//	500 internal_error       a bug: nothing was done
+//
+// A 5xx answer never means success. In particular a protected handler
+// never runs when the store cannot confirm the redemption.
+//
+// # Example
+//
+// A Gin application that serves the token API for its JavaScript clients
+// and protects its checkout with a hidden form field:
+//
+//	package main
+//
+//	import (
+//		"html/template"
+//		"log"
+//		"net/http"
+//
+//		"github.com/gin-gonic/gin"
+//
+//		"github.com/replayguard/replayguard/handlers"
+//		"github.com/replayguard/replayguard/store/memory"
+//		"github.com/replayguard/replayguard/token"
+//	)
+//
+//	var page = template.Must(template.New("page").Parse(`<!doctype html>
+//	<form method="post" action="/checkout">
+//	  {{ .Field }}
+//	  <button>Pay</button>
+//	</form>`))
+//
+//	func main() {
+//		st := memory.New() // single instance; use store/redis to scale out
+//		defer st.Close()
+//		key, err := token.GenerateKey() // use token.ParseKeys in production
+//		if err != nil {
+//			log.Fatal(err)
+//		}
+//		svc, err := token.New(st, []token.Key{key}, token.WithMachineID(1))
+//		if err != nil {
+//			log.Fatal(err)
+//		}
+//
+//		r := gin.New()
+//		handlers.Mount(r, svc, handlers.WithIssueRate(st, handlers.DefaultIssueRate))
+//
+//		guard := handlers.NewGuard(svc)
+//		r.GET("/checkout", func(c *gin.Context) {
+//			field, err := guard.Field(c.Request, "checkout")
+//			if err != nil {
+//				handlers.WriteProblem(c.Writer, c.Request, err)
+//				return
+//			}
+//			_ = page.Execute(c.Writer, map[string]any{"Field": field})
+//		})
+//		r.POST("/checkout", guard.RequireToken("checkout"), func(c *gin.Context) {
+//			claims, _ := handlers.TokenFrom(c.Request.Context())
+//			c.String(http.StatusOK, "paid once (token %s)", claims.ID)
+//		})
+//		log.Fatal(r.Run("127.0.0.1:8081"))
+//	}
+//
+// With net/http the protected route is
+//
+//	mux.Handle("POST /checkout", guard.RequireTokenHandler("checkout")(pay))
+//
+// A second POST of the same form is refused with 409 token_used before
+// the checkout handler runs.
+package handlers
