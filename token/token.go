@@ -91,11 +91,13 @@ type Service struct {
 	// headers maps the encoded JWT header this service writes for each
 	// key to that key's secret, so a token with a known header has its
 	// signature checked before any JSON is decoded (see Parse).
-	headers   map[string][]byte
-	flake     *sonyflake.Sonyflake
-	parser    *jwt.Parser
-	validator *jwt.Validator
-	now       func() time.Time
+	headers map[string][]byte
+	// signHeader is the encoded header of the signing key.
+	signHeader string
+	flake      *sonyflake.Sonyflake
+	parser     *jwt.Parser
+	validator  *jwt.Validator
+	now        func() time.Time
 
 	ttl, maxTTL time.Duration
 	leeway      time.Duration
@@ -192,7 +194,11 @@ func New(st store.Store, keys []Key, opts ...Option) (*Service, error) {
 		if err != nil {
 			return nil, fmt.Errorf("token: signing: %w", err)
 		}
-		s.headers[signed[:strings.IndexByte(signed, '.')]] = k.Secret
+		header := signed[:strings.IndexByte(signed, '.')]
+		s.headers[header] = k.Secret
+		if k.ID == s.signer.ID {
+			s.signHeader = header
+		}
 	}
 	popts := []jwt.ParserOption{
 		jwt.WithValidMethods([]string{jwt.SigningMethodHS256.Alg()}),
@@ -277,7 +283,9 @@ func validSubject(sub string) error {
 }
 
 func (s *Service) sign(c Claims) (string, error) {
-	t := jwt.NewWithClaims(jwt.SigningMethodHS256, jwtClaims{
+	// Equivalent to jwt.Token.SignedString, with the header segment (the
+	// same for every token of a key) encoded once in New.
+	claims, err := json.Marshal(jwtClaims{
 		RegisteredClaims: jwt.RegisteredClaims{
 			ID:        c.ID,
 			Subject:   c.Subject,
@@ -286,12 +294,15 @@ func (s *Service) sign(c Claims) (string, error) {
 		},
 		Purpose: c.Purpose,
 	})
-	t.Header["kid"] = s.signer.ID
-	tok, err := t.SignedString(s.signer.Secret)
+	if err != nil {
+		return "", fmt.Errorf("token: encoding claims: %w", err)
+	}
+	signing := s.signHeader + "." + base64.RawURLEncoding.EncodeToString(claims)
+	sig, err := jwt.SigningMethodHS256.Sign(signing, s.signer.Secret)
 	if err != nil {
 		return "", fmt.Errorf("token: signing: %w", err)
 	}
-	return tok, nil
+	return signing + "." + base64.RawURLEncoding.EncodeToString(sig), nil
 }
 
 // Parse verifies a token's signature (HS256 only, kid from the key ring)
