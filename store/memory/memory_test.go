@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -18,25 +17,7 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// clock is a manual clock safe for concurrent use.
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func newClock() *clock { return &clock{t: time.Unix(1_700_000_000, 0)} }
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
+func newClock() *storetest.Clock { return storetest.NewClock(time.Unix(1_700_000_000, 0)) }
 
 func TestConformance(t *testing.T) {
 	storetest.Run(t, func(t *testing.T) storetest.Instance {
@@ -53,14 +34,14 @@ func TestBound(t *testing.T) {
 	tests := []struct {
 		name string
 		// free runs after the store is filled and must free exactly one slot.
-		free func(t *testing.T, s *memory.Store, c *clock)
+		free func(t *testing.T, s *memory.Store, c *storetest.Clock)
 	}{
-		{"redeeming frees a slot", func(t *testing.T, s *memory.Store, _ *clock) {
+		{"redeeming frees a slot", func(t *testing.T, s *memory.Store, _ *storetest.Clock) {
 			if res, err := s.RedeemToken(ctx, "7", tok); err != nil || res != store.Redeemed {
 				t.Fatalf("redeem = %v, %v", res, err)
 			}
 		}},
-		{"expiry frees a slot before the janitor runs", func(t *testing.T, s *memory.Store, c *clock) {
+		{"expiry frees a slot before the janitor runs", func(t *testing.T, s *memory.Store, c *storetest.Clock) {
 			c.Advance(30 * time.Second) // token "short" expires; the others live an hour
 		}},
 	}

@@ -60,25 +60,7 @@ func uniquePrefix(t testing.TB) string {
 	return "rgtest:" + hex.EncodeToString(b) + ":"
 }
 
-// clock is a manual clock safe for concurrent use.
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func newClock() *clock { return &clock{t: time.Unix(1_700_000_000, 0)} }
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
+func newClock() *storetest.Clock { return storetest.NewClock(time.Unix(1_700_000_000, 0)) }
 
 // pttl reads a token's remaining lifetime with PTTL, for storetest.
 func pttl(t *testing.T, c goredis.Cmdable, s *redis.Store) func(id string) (time.Duration, bool) {

@@ -15,6 +15,7 @@ import (
 	"github.com/replayguard/replayguard/handlers"
 	"github.com/replayguard/replayguard/store"
 	"github.com/replayguard/replayguard/store/memory"
+	"github.com/replayguard/replayguard/store/storetest"
 	"github.com/replayguard/replayguard/token"
 )
 
@@ -34,7 +35,7 @@ type contractEnv struct {
 	keyed *server
 	// clocked: service and store on clock.
 	clocked *server
-	clock   *fakeClock
+	clock   *storetest.Clock
 	// full holds one token at most.
 	full *server
 	// broken: every store call fails.

@@ -13,7 +13,6 @@ import (
 	"net/http/httptest"
 	"os"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -26,6 +25,7 @@ import (
 	"github.com/replayguard/replayguard/metrics"
 	"github.com/replayguard/replayguard/store"
 	redisstore "github.com/replayguard/replayguard/store/redis"
+	"github.com/replayguard/replayguard/store/storetest"
 	"github.com/replayguard/replayguard/token"
 )
 
@@ -105,25 +105,7 @@ var machineIDs atomic.Uint32
 
 func nextMachineID() uint16 { return uint16(1000 + machineIDs.Add(1)) }
 
-// fakeClock is a manual clock, safe for concurrent use.
-type fakeClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func newFakeClock() *fakeClock { return &fakeClock{t: time.Now()} }
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
+func newFakeClock() *storetest.Clock { return storetest.NewClock(time.Now()) }
 
 // brokenStore fails every call, like a store whose backend is down. Its
 // error names an address that must never reach a client.
