@@ -19,6 +19,7 @@ import (
 	"github.com/replayguard/replayguard/metrics"
 	"github.com/replayguard/replayguard/store"
 	"github.com/replayguard/replayguard/token"
+	"github.com/replayguard/replayguard/web/sdk"
 )
 
 // Defaults for the options below.
@@ -64,10 +65,14 @@ func WithAPIKeys(keys ...string) Option {
 	}
 }
 
-// WithIssueRate limits POST /v1/tokens per client IP (IPv6 per /64) with
-// l, counted in lim. Callers presenting a valid API key are not limited.
-// Defaults to DefaultIssueRate when lim is set; a zero l turns it off.
-// Without a limiter there is no limit.
+// WithIssueRate limits POST /v1/tokens per client IP (IPv6 per /64) to
+// l, counted in lim (a store.Limiter such as the memory or Redis store);
+// DefaultIssueRate is the recommended limit, a zero l turns it off.
+// Callers presenting a valid API key are not limited. Without this option
+// there is no limit. The client IP is gin's Context.ClientIP: on your own
+// router call SetTrustedProxies with your proxies (or nil), since gin
+// trusts X-Forwarded-For from every peer by default and a client could
+// then choose its own address.
 func WithIssueRate(lim store.Limiter, l store.Limit) Option {
 	return func(a *API) { a.limiter, a.rate = lim, l }
 }
@@ -131,12 +136,18 @@ func Mount(r gin.IRoutes, tokens *token.Service, opts ...Option) *API {
 	return a
 }
 
-// Register adds POST /v1/tokens, POST /v1/tokens/redeem and the CORS
-// preflight for the former to r.
+// Register adds POST /v1/tokens, POST /v1/tokens/redeem, the CORS
+// preflight for the former, and the browser SDK (GET /sdk/replayguard.js,
+// /sdk/replayguard.mjs and /sdk/replayguard.js.sri) to r.
 func (a *API) Register(r gin.IRoutes) {
 	r.POST("/v1/tokens", a.cors, a.issue)
 	r.OPTIONS("/v1/tokens", a.preflight)
 	r.POST("/v1/tokens/redeem", a.redeem)
+	files := gin.WrapH(sdk.Handler())
+	for _, p := range []string{sdk.ScriptPath, sdk.ModulePath, sdk.SRIPath} {
+		r.GET(p, files)
+		r.HEAD(p, files)
+	}
 }
 
 func fail(c *gin.Context, err error) {
@@ -203,7 +214,7 @@ func (a *API) issue(c *gin.Context) {
 		ID:        is.ID,
 		Purpose:   is.Purpose,
 		ExpiresAt: is.ExpiresAt.UTC().Format(time.RFC3339),
-		ExpiresIn: int64(is.ExpiresAt.Sub(is.IssuedAt) / time.Second),
+		ExpiresIn: int64(is.TTL / time.Second),
 	})
 }
 

@@ -95,6 +95,7 @@
 //		}
 //
 //		r := gin.New()
+//		_ = r.SetTrustedProxies(nil) // believe no X-Forwarded-For: the rate limit keys on the peer
 //		handlers.Mount(r, svc, handlers.WithIssueRate(st, handlers.DefaultIssueRate))
 //
 //		guard := handlers.NewGuard(svc)

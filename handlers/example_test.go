@@ -208,7 +208,7 @@ func ExampleProblemFor() {
 	}
 	// Output:
 	// 409 urn:replayguard:problem:token_used
-	//   detail: ""
+	//   detail: "The token was already redeemed. Fetch a new token for a new request."
 	// 503 urn:replayguard:problem:store_unavailable
 	//   detail: "The store did not confirm the operation; nothing was done. Retry later."
 }

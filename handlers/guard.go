@@ -77,7 +77,10 @@ func FailureReason(r *http.Request) error {
 
 // Redeem is the core both middlewares share: it takes the token from the
 // Idempotency-Token header, else from the idempotency_token form field,
-// and redeems it for purpose and the request's subject.
+// and redeems it for purpose and the request's subject. Reading the form
+// field parses the body with net/http's limits (10 MB url-encoded, 32 MB
+// multipart held in memory); cap bodies before the Guard with
+// http.MaxBytesHandler where that is too much.
 func (g *Guard) Redeem(r *http.Request, purpose string) (token.Claims, error) {
 	tok := r.Header.Get(TokenHeader)
 	if tok == "" {

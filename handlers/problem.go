@@ -42,7 +42,7 @@ type Problem struct {
 	Type   string `json:"type"`
 	Title  string `json:"title"`
 	Status int    `json:"status"`
-	Detail string `json:"detail,omitempty"`
+	Detail string `json:"detail"`
 	// Code is the stable, machine-readable problem code.
 	Code string `json:"code"`
 	// RequestID is the request's X-Request-ID, when there is one.
@@ -54,30 +54,33 @@ type problemSpec struct {
 	status int
 	code   string
 	title  string
+	// detail is said when the error carries no detail of its own, and
+	// always for 5xx answers, so store addresses never reach clients.
+	detail string
 }
 
 // problems is the one place where errors become HTTP statuses and codes.
 // The first entry that errors.Is matches wins.
 var problems = []problemSpec{
-	{token.ErrBadRequest, http.StatusBadRequest, "invalid_request", "Invalid request"},
-	{ErrBadRequest, http.StatusBadRequest, "invalid_request", "Invalid request"},
-	{ErrUnauthorized, http.StatusUnauthorized, "unauthorized", "Missing or invalid API key"},
-	{token.ErrInvalid, http.StatusUnauthorized, "token_invalid", "Invalid token"},
-	{token.ErrExpired, http.StatusUnauthorized, "token_expired", "Token expired"},
-	{ErrSubjectNotAllowed, http.StatusForbidden, "subject_not_allowed", "Subject requires an API key"},
-	{token.ErrPurposeMismatch, http.StatusForbidden, "purpose_mismatch", "Token issued for another purpose"},
-	{token.ErrSubjectMismatch, http.StatusForbidden, "subject_mismatch", "Token bound to another subject"},
-	{ErrCORSRejected, http.StatusForbidden, "cors_rejected", "Origin not allowed"},
-	{ErrNotFound, http.StatusNotFound, "not_found", "Not found"},
-	{ErrMethodNotAllowed, http.StatusMethodNotAllowed, "method_not_allowed", "Method not allowed"},
-	{token.ErrUsed, http.StatusConflict, "token_used", "Token already used"},
-	{ErrTooLarge, http.StatusRequestEntityTooLarge, "payload_too_large", "Payload too large"},
-	{ErrRateLimited, http.StatusTooManyRequests, "rate_limited", "Too many requests"},
-	{token.ErrStoreFull, http.StatusServiceUnavailable, "store_full", "Token store full"},
-	{token.ErrUnavailable, http.StatusServiceUnavailable, "store_unavailable", "Store unavailable"},
+	{token.ErrBadRequest, http.StatusBadRequest, "invalid_request", "Invalid request", "The request is malformed."},
+	{ErrBadRequest, http.StatusBadRequest, "invalid_request", "Invalid request", "The request is malformed."},
+	{ErrUnauthorized, http.StatusUnauthorized, "unauthorized", "Missing or invalid API key", "Send Authorization: Bearer <API key>."},
+	{token.ErrInvalid, http.StatusUnauthorized, "token_invalid", "Invalid token", "The token is malformed, forged, or signed with a key this server does not know. Fetch a new token."},
+	{token.ErrExpired, http.StatusUnauthorized, "token_expired", "Token expired", "The token has expired. Fetch a new token."},
+	{ErrSubjectNotAllowed, http.StatusForbidden, "subject_not_allowed", "Subject requires an API key", "Present a valid API key to bind a token to a subject."},
+	{token.ErrPurposeMismatch, http.StatusForbidden, "purpose_mismatch", "Token issued for another purpose", "The token was issued for another purpose; it stays valid for that one."},
+	{token.ErrSubjectMismatch, http.StatusForbidden, "subject_mismatch", "Token bound to another subject", "The token is bound to another subject; it stays valid for that one."},
+	{ErrCORSRejected, http.StatusForbidden, "cors_rejected", "Origin not allowed", "This origin, method or header is not allowed to issue tokens."},
+	{ErrNotFound, http.StatusNotFound, "not_found", "Not found", "No such route."},
+	{ErrMethodNotAllowed, http.StatusMethodNotAllowed, "method_not_allowed", "Method not allowed", "The route exists for other methods."},
+	{token.ErrUsed, http.StatusConflict, "token_used", "Token already used", "The token was already redeemed. Fetch a new token for a new request."},
+	{ErrTooLarge, http.StatusRequestEntityTooLarge, "payload_too_large", "Payload too large", "The body is over 64 KiB."},
+	{ErrRateLimited, http.StatusTooManyRequests, "rate_limited", "Too many requests", "Too many tokens for this client; retry after Retry-After seconds."},
+	{token.ErrStoreFull, http.StatusServiceUnavailable, "store_full", "Token store full", "The token store holds as many live tokens as it may. Retry later."},
+	{token.ErrUnavailable, http.StatusServiceUnavailable, "store_unavailable", "Store unavailable", "The store did not confirm the operation; nothing was done. Retry later."},
 }
 
-var internalProblem = problemSpec{ErrInternal, http.StatusInternalServerError, "internal_error", "Internal error"}
+var internalProblem = problemSpec{ErrInternal, http.StatusInternalServerError, "internal_error", "Internal error", "An unexpected error occurred; nothing was done."}
 
 func specFor(err error) problemSpec {
 	for _, p := range problems {
@@ -90,30 +93,19 @@ func specFor(err error) problemSpec {
 
 // ProblemFor returns the problem an error is answered with. Errors this
 // package does not know become 500 internal_error. A 4xx problem's detail
-// says what was wrong with the request; a 5xx problem's detail is fixed,
-// so store addresses and internal errors never reach clients.
+// says what was wrong with the request when the error says so, else the
+// code's fixed text; a 5xx problem's detail is always fixed, so store
+// addresses and internal errors never reach clients, and so is
+// token_invalid's, since naming the failed check would help a forger.
 func ProblemFor(err error) Problem {
 	p := specFor(err)
-	pr := Problem{Type: ProblemTypePrefix + p.code, Title: p.title, Status: p.status, Code: p.code}
-	switch {
-	case p.status >= 500:
-		pr.Detail = serverDetail[p.code]
-	case p.err == token.ErrInvalid:
-		// Saying which check failed would help a forger; say what to do.
-		pr.Detail = "The token is malformed, forged, or signed with a key this server does not know. Fetch a new token."
-	default:
-		pr.Detail = strings.TrimPrefix(err.Error(), p.err.Error()+": ")
-		if pr.Detail == p.err.Error() {
-			pr.Detail = ""
+	pr := Problem{Type: ProblemTypePrefix + p.code, Title: p.title, Status: p.status, Code: p.code, Detail: p.detail}
+	if p.status < 500 && p.err != token.ErrInvalid {
+		if d := strings.TrimPrefix(err.Error(), p.err.Error()+": "); d != err.Error() {
+			pr.Detail = d
 		}
 	}
 	return pr
-}
-
-var serverDetail = map[string]string{
-	"store_unavailable": "The store did not confirm the operation; nothing was done. Retry later.",
-	"store_full":        "The token store holds as many live tokens as it may. Retry later.",
-	"internal_error":    "An unexpected error occurred; nothing was done.",
 }
 
 // retryAfterError carries a Retry-After for 429 and 503 answers.

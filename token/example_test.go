@@ -29,7 +29,7 @@ func Example() {
 		fmt.Println(err)
 		return
 	}
-	fmt.Println("issued for:", is.Purpose, "lifetime:", is.ExpiresAt.Sub(is.IssuedAt))
+	fmt.Println("issued for:", is.Purpose, "lifetime:", is.TTL)
 
 	c, err := svc.Redeem(ctx, is.Token, "checkout", "")
 	fmt.Println("first redeem:", c.Purpose, err)
@@ -122,5 +122,5 @@ func ExampleParseKeys() {
 	fmt.Println(err)
 	// Output:
 	// [Key(2026-02) Key(2026-01)]
-	// token: bad signing keys: kid "short": key is 9 bytes, need at least 32
+	// token: bad signing keys: entry 1: the key is 9 bytes, need at least 32
 }

@@ -27,7 +27,8 @@ func (k Key) String() string { return "Key(" + k.ID + ")" }
 // ParseKeys parses a comma-separated list of kid:base64key entries, as in
 // REPLAYGUARD_SIGNING_KEYS. The base64 is standard, padding optional. It
 // refuses keys shorter than MinKeyLen bytes, duplicate or malformed kids,
-// and bad base64; the error never contains key material.
+// and bad base64. Errors name entries by position, never by content, so
+// a key written where its kid belongs cannot leak into a log.
 func ParseKeys(spec string) ([]Key, error) {
 	var keys []Key
 	seen := map[string]bool{}
@@ -44,15 +45,15 @@ func ParseKeys(spec string) ([]Key, error) {
 			return nil, fmt.Errorf("%w: entry %d: kid must match %s", ErrBadKeys, i+1, kidPattern)
 		}
 		if seen[kid] {
-			return nil, fmt.Errorf("%w: duplicate kid %q", ErrBadKeys, kid)
+			return nil, fmt.Errorf("%w: entry %d repeats the kid of an earlier entry", ErrBadKeys, i+1)
 		}
 		seen[kid] = true
 		secret, err := base64.RawStdEncoding.DecodeString(strings.TrimRight(b64, "="))
 		if err != nil {
-			return nil, fmt.Errorf("%w: kid %q: key is not valid standard base64", ErrBadKeys, kid)
+			return nil, fmt.Errorf("%w: entry %d: the key is not valid standard base64", ErrBadKeys, i+1)
 		}
 		if len(secret) < MinKeyLen {
-			return nil, fmt.Errorf("%w: kid %q: key is %d bytes, need at least %d", ErrBadKeys, kid, len(secret), MinKeyLen)
+			return nil, fmt.Errorf("%w: entry %d: the key is %d bytes, need at least %d", ErrBadKeys, i+1, len(secret), MinKeyLen)
 		}
 		keys = append(keys, Key{ID: kid, Secret: secret})
 	}

@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/golang-jwt/jwt/v5"
 	"github.com/sony/sonyflake"
@@ -36,8 +37,10 @@ const (
 	// MaxSubjectLen bounds a subject, in bytes.
 	MaxSubjectLen = 256
 	// MaxTokenLen bounds an encoded token, in bytes; longer ones are
-	// invalid without being parsed.
-	MaxTokenLen = 2048
+	// invalid without being parsed. The longest token Issue can make (a
+	// subject of MaxSubjectLen bytes, each escaped by JSON to six) is
+	// about 2.5 KiB.
+	MaxTokenLen = 4096
 )
 
 var purposePattern = regexp.MustCompile(`^[A-Za-z0-9._:/-]{1,64}$`)
@@ -62,6 +65,9 @@ type Claims struct {
 type Issued struct {
 	// Token is the compact JWT to hand to the client.
 	Token string
+	// TTL is the lifetime granted; the token lives at least this long
+	// (ExpiresAt is rounded up to the second).
+	TTL time.Duration
 	Claims
 }
 
@@ -206,6 +212,7 @@ func New(st store.Store, keys []Key, opts ...Option) (*Service, error) {
 		jwt.WithExpirationRequired(),
 		jwt.WithIssuedAt(),
 		jwt.WithTimeFunc(s.now),
+		jwt.WithStrictDecoding(),
 	}
 	s.parser = jwt.NewParser(popts...)
 	s.validator = jwt.NewValidator(popts...)
@@ -245,10 +252,15 @@ func (s *Service) Issue(ctx context.Context, req IssueRequest) (Issued, error) {
 	if ttl < MinTTL || ttl > s.maxTTL {
 		return Issued{}, fmt.Errorf("%w: ttl must be between %d and %d seconds", ErrBadRequest, int(MinTTL.Seconds()), int(s.maxTTL.Seconds()))
 	}
-	// NumericDate has whole seconds: truncate so the stored entry expires
-	// exactly at the token's exp, never later.
-	iat := s.now().Truncate(time.Second)
-	c := Claims{Purpose: purpose, Subject: req.Subject, IssuedAt: iat, ExpiresAt: iat.Add(ttl.Truncate(time.Second))}
+	// NumericDate has whole seconds: exp is rounded up so the token lives
+	// at least ttl, and the stored entry expires exactly at exp.
+	now := s.now()
+	iat := now.Truncate(time.Second)
+	exp := now.Add(ttl)
+	if t := exp.Truncate(time.Second); !t.Equal(exp) {
+		exp = t.Add(time.Second)
+	}
+	c := Claims{Purpose: purpose, Subject: req.Subject, IssuedAt: iat, ExpiresAt: exp}
 	// A collision (two instances sharing a machine ID) is refused by the
 	// store's set-if-absent; try a fresh ID a few times.
 	for range 3 {
@@ -269,7 +281,7 @@ func (s *Service) Issue(ctx context.Context, req IssueRequest) (Issued, error) {
 			if err != nil {
 				return Issued{}, err
 			}
-			return Issued{Token: tok, Claims: c}, nil
+			return Issued{Token: tok, Claims: c, TTL: ttl}, nil
 		}
 	}
 	return Issued{}, fmt.Errorf("%w: token ID collisions: give each instance its own machine ID", ErrUnavailable)
@@ -278,6 +290,10 @@ func (s *Service) Issue(ctx context.Context, req IssueRequest) (Issued, error) {
 func validSubject(sub string) error {
 	if len(sub) > MaxSubjectLen {
 		return fmt.Errorf("%w: subject is longer than %d bytes", ErrBadRequest, MaxSubjectLen)
+	}
+	if !utf8.ValidString(sub) {
+		// JSON would sign U+FFFD while the store kept the raw bytes.
+		return fmt.Errorf("%w: subject is not valid UTF-8", ErrBadRequest)
 	}
 	return nil
 }
@@ -353,7 +369,7 @@ func (s *Service) Parse(tok string) (Claims, error) {
 // decodeClaims decodes the base64url claims segment of a token whose
 // signature is verified, and validates them as the parser would.
 func (s *Service) decodeClaims(seg string, jc *jwtClaims) error {
-	raw, err := base64.RawURLEncoding.DecodeString(seg)
+	raw, err := base64.RawURLEncoding.Strict().DecodeString(seg)
 	if err != nil {
 		return fmt.Errorf("claims are not base64url: %w", err)
 	}
@@ -370,7 +386,8 @@ func validMAC(signed, sig string, secret []byte) bool {
 		return false
 	}
 	var got [sha256.Size]byte
-	if n, err := base64.RawURLEncoding.Decode(got[:], []byte(sig)); err != nil || n != sha256.Size {
+	// Strict: one spelling per signature, so a token cannot be re-encoded.
+	if n, err := base64.RawURLEncoding.Strict().Decode(got[:], []byte(sig)); err != nil || n != sha256.Size {
 		return false
 	}
 	mac := hmac.New(sha256.New, secret)

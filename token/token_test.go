@@ -411,3 +411,39 @@ func TestConcurrentRedeem(t *testing.T) {
 		t.Fatalf("ok=%d used=%d, want 1 and 49", ok.Load(), used.Load())
 	}
 }
+
+func TestSubjectsThatJSONEscapeStillRedeem(t *testing.T) {
+	f := newFixture(t)
+	subject := strings.Repeat("<", token.MaxSubjectLen) // each byte becomes \u003c
+	is := f.issue(t, token.IssueRequest{Subject: subject})
+	if _, err := f.svc.Redeem(context.Background(), is.Token, "", subject); err != nil {
+		t.Fatalf("a token the service issued does not redeem (%d bytes): %v", len(is.Token), err)
+	}
+}
+
+func TestInvalidUTF8SubjectIsRefused(t *testing.T) {
+	f := newFixture(t)
+	if _, err := f.svc.Issue(context.Background(), token.IssueRequest{Subject: "u\xff"}); !errors.Is(err, token.ErrBadRequest) {
+		t.Fatalf("err = %v, want ErrBadRequest", err)
+	}
+}
+
+func TestLifetimeIsAtLeastTheTTL(t *testing.T) {
+	c := &clock{t: time.Unix(1_800_000_000, 999_000_000)} // just before a second ends
+	mem := memory.New(memory.WithClock(c.Now))
+	t.Cleanup(func() { _ = mem.Close() })
+	svc, err := token.New(mem, []token.Key{keyA}, token.WithClock(c.Now), token.WithMachineID(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	is, err := svc.Issue(context.Background(), token.IssueRequest{TTL: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if life := is.ExpiresAt.Sub(c.Now()); life < 10*time.Second || life >= 11*time.Second || is.TTL != 10*time.Second {
+		t.Fatalf("lifetime %v, TTL %v; want [10s, 11s) and 10s", life, is.TTL)
+	}
+	if ttl, ok := mem.TTL(is.ID); !ok || !c.Now().Add(ttl).Equal(is.ExpiresAt) {
+		t.Fatalf("stored entry expires at %v, token at %v", c.Now().Add(ttl), is.ExpiresAt)
+	}
+}

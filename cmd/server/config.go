@@ -147,7 +147,7 @@ var settings = []setting{
 		}},
 	{"REPLAYGUARD_LOG_LEVEL", "log-level", "info", "debug, info, warn or error", false,
 		func(c *config, v string) error { return c.LogLevel.UnmarshalText([]byte(v)) }},
-	{"REPLAYGUARD_SHUTDOWN_TIMEOUT", "shutdown-timeout", "10s", "how long SIGTERM waits for in-flight requests", false,
+	{"REPLAYGUARD_SHUTDOWN_TIMEOUT", "shutdown-timeout", "8s", "how long SIGTERM waits for in-flight requests before closing them (keep it under your orchestrator's grace period)", false,
 		func(c *config, v string) (err error) { c.ShutdownTimeout, err = parseDuration(v); return err }},
 }
 

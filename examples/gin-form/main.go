@@ -89,6 +89,7 @@ func newApp(st *memory.Store, keySpec string) (http.Handler, error) {
 
 	gin.SetMode(gin.ReleaseMode)
 	r := gin.New()
+	_ = r.SetTrustedProxies(nil) // client IPs (for the issue rate) are peer addresses
 	r.Use(gin.Recovery())
 	r.SetHTMLTemplate(pages)
 

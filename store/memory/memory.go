@@ -163,10 +163,18 @@ func (s *Store) PutToken(ctx context.Context, id string, t store.Token, expiresA
 	if exp <= now {
 		return true, nil // stored and expired at once, as Redis does
 	}
+	sh := &s.shards[s.shardIndex(id)]
+	// A live entry under id is refused as such, even when the store is
+	// full: the caller then tries another ID instead of giving up.
+	sh.mu.Lock()
+	old, ok := sh.m[id]
+	sh.mu.Unlock()
+	if ok && old.exp > now {
+		return false, nil
+	}
 	if !s.reserve(now) {
 		return false, store.ErrFull
 	}
-	sh := &s.shards[s.shardIndex(id)]
 	sh.mu.Lock()
 	if old, ok := sh.m[id]; ok {
 		if old.exp > now {

@@ -58,6 +58,9 @@ func TestBound(t *testing.T) {
 			if ok, err := s.PutToken(ctx, "short", tok, c.Now().Add(10*time.Second)); err != nil || !ok {
 				t.Fatalf("put short = %v, %v", ok, err)
 			}
+			if ok, err := s.PutToken(ctx, "0", tok, c.Now().Add(time.Hour)); ok || err != nil {
+				t.Fatalf("put of a live id in a full store = %v, %v; want false, nil", ok, err)
+			}
 			if _, err := s.PutToken(ctx, "overflow", tok, c.Now().Add(time.Hour)); !errors.Is(err, store.ErrFull) {
 				t.Fatalf("put past the bound: err = %v, want ErrFull", err)
 			}

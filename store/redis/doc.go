@@ -5,7 +5,8 @@
 //
 // Each operation is one command, atomic on the server:
 //
-//   - PutToken is SET key value NX PXAT expiresAt;
+//   - PutToken is SET key value NX with an absolute expiry (EXAT, or PXAT
+//     for sub-second times) at expiresAt;
 //   - RedeemToken is one Lua script (redeem.lua) that compares purpose and
 //     subject and deletes the token only when both match;
 //   - Allow is go-redis/redis_rate's GCRA script.
@@ -17,7 +18,7 @@
 // # Clocks
 //
 // Token expiry and rate limits run on the Redis server's clock. A token
-// expires at the absolute time its issuer chose (PXAT), so skew between
+// expires at the absolute time its issuer chose (EXAT/PXAT), so skew between
 // the application's and the server's clocks lengthens or shortens its life
 // by that skew: keep both synchronised (NTP).
 //

@@ -147,7 +147,7 @@ func (s *Store) begin(ctx context.Context) (context.Context, context.CancelFunc,
 	return ctx, cancel, nil
 }
 
-// PutToken implements store.Store with one SET key value NX PXAT. The
+// PutToken implements store.Store with one SET key value NX EXAT/PXAT. The
 // entry expires at expiresAt by the Redis server's clock, truncated to the
 // millisecond. When expiresAt has already passed by the store's clock,
 // nothing is stored and created is true, as if the entry had been stored

@@ -9,6 +9,11 @@ const src = readFileSync(new URL('./replayguard.js', import.meta.url), 'utf8');
 const { code } = await transform(src, { minify: true, loader: 'js' });
 const gz = gzipSync(code, { level: 9 }).length;
 console.log(JSON.stringify({ source: Buffer.byteLength(src), minified: Buffer.byteLength(code), gzip: gz, budget }));
+const readme = readFileSync(new URL('../../README.md', import.meta.url), 'utf8');
+if (!readme.includes(`**${gz} bytes**`)) {
+  console.error(`README.md must print the current size: **${gz} bytes**`);
+  process.exitCode = 1;
+}
 if (gz > budget) {
   console.error(`replayguard.js is ${gz} bytes minified and gzipped, over the budget of ${budget}`);
   process.exit(1);
