@@ -76,7 +76,7 @@ func (m *Metrics) Instrument(st store.Store) store.Store {
 		return st
 	}
 	is := &instrumented{Store: st, m: m, obs: map[string]prometheus.Observer{}, errs: map[string]prometheus.Counter{}}
-	for _, op := range []string{"put", "redeem", "ping", "allow"} {
+	for _, op := range []string{"put", "redeem", "nonce", "ping", "allow"} {
 		is.obs[op] = m.storeDur.WithLabelValues(op)
 		is.errs[op] = m.storeErrs.WithLabelValues(op)
 	}
@@ -112,6 +112,13 @@ func (s *instrumented) RedeemToken(ctx context.Context, id string, t store.Token
 	res, err := s.Store.RedeemToken(ctx, id, t)
 	s.done("redeem", start, err)
 	return res, err
+}
+
+func (s *instrumented) PutNonce(ctx context.Context, scope, nonce string, exp time.Time) (bool, error) {
+	start := time.Now()
+	ok, err := s.Store.PutNonce(ctx, scope, nonce, exp)
+	s.done("nonce", start, err)
+	return ok, err
 }
 
 func (s *instrumented) Ping(ctx context.Context) error {

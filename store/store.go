@@ -83,6 +83,13 @@ type Store interface {
 	// them and reserved for system failures.
 	RedeemToken(ctx context.Context, id string, want Token) (RedeemResult, error)
 
+	// PutNonce records nonce within scope (a client's key ID, say) until
+	// expiresAt, if no live record of it exists. fresh is false and err is
+	// nil when one does: the nonce was seen before, a replay. Exactly one
+	// of any number of concurrent callers sees fresh. A bounded store that
+	// is full returns ErrFull. scope and nonce may hold any bytes.
+	PutNonce(ctx context.Context, scope, nonce string, expiresAt time.Time) (fresh bool, err error)
+
 	// Ping reports whether the store can serve requests now.
 	Ping(ctx context.Context) error
 

@@ -10,6 +10,7 @@ import (
 	"context"
 	"hash/maphash"
 	"math"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -193,6 +194,18 @@ func (s *Store) PutToken(ctx context.Context, id string, t store.Token, expiresA
 		}
 	}
 	return true, nil
+}
+
+// PutNonce implements store.Store. Nonces share the entry bound with
+// tokens; their keys start with a NUL byte, which no token ID does.
+func (s *Store) PutNonce(ctx context.Context, scope, nonce string, expiresAt time.Time) (bool, error) {
+	return s.PutToken(ctx, nonceKey(scope, nonce), store.Token{}, expiresAt)
+}
+
+// nonceKey is unambiguous for every scope and nonce: the scope's length
+// comes first.
+func nonceKey(scope, nonce string) string {
+	return "\x00n" + strconv.Itoa(len(scope)) + ":" + scope + ":" + nonce
 }
 
 // reserve takes one slot of the bound, reclaiming expired entries first

@@ -5,6 +5,7 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -173,6 +174,33 @@ func (s *Store) PutToken(ctx context.Context, id string, t store.Token, expiresA
 		return false, nil
 	}
 	return false, fmt.Errorf("redis: put: %w", err)
+}
+
+// NonceKey returns the Redis key that records nonce within scope:
+// prefix + "n:" + len(scope) + ":" + scope + ":" + nonce, unambiguous for
+// every scope and nonce.
+func (s *Store) NonceKey(scope, nonce string) string {
+	return s.prefix + "n:" + strconv.Itoa(len(scope)) + ":" + scope + ":" + nonce
+}
+
+// PutNonce implements store.Store with one SET key 1 NX EXAT/PXAT.
+func (s *Store) PutNonce(ctx context.Context, scope, nonce string, expiresAt time.Time) (bool, error) {
+	ctx, cancel, err := s.begin(ctx)
+	if err != nil {
+		return false, fmt.Errorf("redis: nonce: %w", err)
+	}
+	defer cancel()
+	if !expiresAt.After(s.now()) {
+		return true, nil
+	}
+	err = s.client.SetArgs(ctx, s.NonceKey(scope, nonce), "1", goredis.SetArgs{Mode: "NX", ExpireAt: expiresAt}).Err()
+	switch {
+	case err == nil:
+		return true, nil
+	case errors.Is(err, goredis.Nil):
+		return false, nil
+	}
+	return false, fmt.Errorf("redis: nonce: %w", err)
 }
 
 // RedeemToken implements store.Store with one Lua script (redeem.lua), so

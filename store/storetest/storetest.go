@@ -241,6 +241,72 @@ func Run(t *testing.T, newStore Factory) {
 		}
 	})
 
+	t.Run("a nonce is fresh once per scope, then a replay", func(t *testing.T) {
+		in := open(t)
+		n := ID()
+		for _, step := range []struct {
+			scope string
+			fresh bool
+		}{{"partner-1", true}, {"partner-1", false}, {"mobile", true}, {"mobile", false}} {
+			fresh, err := in.Store.PutNonce(ctx, step.scope, n, in.Now().Add(time.Minute))
+			if err != nil || fresh != step.fresh {
+				t.Fatalf("PutNonce(%s) = (%v, %v), want (%v, nil)", step.scope, fresh, err, step.fresh)
+			}
+		}
+	})
+
+	t.Run("nonce scopes cannot be confused by separators", func(t *testing.T) {
+		in := open(t)
+		n := ID()
+		if fresh, err := in.Store.PutNonce(ctx, "a:b", n, in.Now().Add(time.Minute)); err != nil || !fresh {
+			t.Fatalf("first = %v, %v", fresh, err)
+		}
+		if fresh, err := in.Store.PutNonce(ctx, "a", "b:"+n, in.Now().Add(time.Minute)); err != nil || !fresh {
+			t.Fatalf("a different scope and nonce with the same concatenation = %v, %v; want fresh", fresh, err)
+		}
+	})
+
+	t.Run("a nonce is fresh again after it expires", func(t *testing.T) {
+		in := open(t)
+		n := ID()
+		if fresh, _ := in.Store.PutNonce(ctx, "k", n, in.Now().Add(time.Second)); !fresh {
+			t.Fatal("first not fresh")
+		}
+		in.Advance(1100 * time.Millisecond)
+		if fresh, err := in.Store.PutNonce(ctx, "k", n, in.Now().Add(time.Second)); err != nil || !fresh {
+			t.Fatalf("after expiry = %v, %v; want fresh", fresh, err)
+		}
+	})
+
+	t.Run("concurrent nonces: exactly one is fresh", func(t *testing.T) {
+		in := open(t)
+		n := ID()
+		var wg sync.WaitGroup
+		var fresh, replays, errs atomic.Int64
+		start := make(chan struct{})
+		for range 50 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				ok, err := in.Store.PutNonce(ctx, "k", n, in.Now().Add(time.Minute))
+				switch {
+				case err != nil:
+					errs.Add(1)
+				case ok:
+					fresh.Add(1)
+				default:
+					replays.Add(1)
+				}
+			}()
+		}
+		close(start)
+		wg.Wait()
+		if fresh.Load() != 1 || replays.Load() != 49 || errs.Load() != 0 {
+			t.Fatalf("fresh=%d replays=%d errors=%d; want 1, 49, 0", fresh.Load(), replays.Load(), errs.Load())
+		}
+	})
+
 	t.Run("limiter admits the burst then refuses with a retry time", func(t *testing.T) {
 		in := open(t)
 		if in.Limiter == nil {

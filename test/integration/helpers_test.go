@@ -123,6 +123,10 @@ func (brokenStore) RedeemToken(context.Context, string, store.Token) (store.Rede
 	return 0, errBroken
 }
 
+func (brokenStore) PutNonce(context.Context, string, string, time.Time) (bool, error) {
+	return false, errBroken
+}
+
 func (brokenStore) Ping(context.Context) error { return errBroken }
 func (brokenStore) Close() error               { return nil }
 
