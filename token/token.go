@@ -7,15 +7,18 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/binary"
-	"encoding/json"
+
 	"errors"
 	"fmt"
-	"regexp"
+	"hash"
+	"io"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 	"unicode/utf8"
 
+	"github.com/goccy/go-json"
 	"github.com/golang-jwt/jwt/v5"
 	"github.com/sony/sonyflake"
 
@@ -43,11 +46,24 @@ const (
 	MaxTokenLen = 4096
 )
 
-var purposePattern = regexp.MustCompile(`^[A-Za-z0-9._:/-]{1,64}$`)
+// purposePattern documents the purpose syntax; ValidPurpose checks it
+// without the regexp engine, on every issue and redeem.
+const purposePattern = `^[A-Za-z0-9._:/-]{1,64}$`
 
 // ValidPurpose reports whether p is a well-formed purpose:
 // ^[A-Za-z0-9._:/-]{1,64}$.
-func ValidPurpose(p string) bool { return purposePattern.MatchString(p) }
+func ValidPurpose(p string) bool {
+	if len(p) == 0 || len(p) > 64 {
+		return false
+	}
+	for i := 0; i < len(p); i++ {
+		c := p[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '.' || c == '_' || c == ':' || c == '/' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
 
 // Claims are the facts a verified token carries.
 type Claims struct {
@@ -95,11 +111,12 @@ type Service struct {
 	signer  Key
 	secrets map[string][]byte
 	// headers maps the encoded JWT header this service writes for each
-	// key to that key's secret, so a token with a known header has its
+	// key to that key's MACs, so a token with a known header has its
 	// signature checked before any JSON is decoded (see Parse).
-	headers map[string][]byte
-	// signHeader is the encoded header of the signing key.
+	headers map[string]*macPool
+	// signHeader is the encoded header of the signing key, signMAC its MACs.
 	signHeader string
+	signMAC    *macPool
 	flake      *sonyflake.Sonyflake
 	parser     *jwt.Parser
 	validator  *jwt.Validator
@@ -156,7 +173,7 @@ func New(st store.Store, keys []Key, opts ...Option) (*Service, error) {
 		store:   st,
 		signer:  keys[0],
 		secrets: make(map[string][]byte, len(keys)),
-		headers: make(map[string][]byte, len(keys)),
+		headers: make(map[string]*macPool, len(keys)),
 		now:     time.Now,
 		ttl:     DefaultTTL,
 		maxTTL:  DefaultMaxTTL,
@@ -201,9 +218,10 @@ func New(st store.Store, keys []Key, opts ...Option) (*Service, error) {
 			return nil, fmt.Errorf("token: signing: %w", err)
 		}
 		header := signed[:strings.IndexByte(signed, '.')]
-		s.headers[header] = k.Secret
+		s.headers[header] = newMACPool(k.Secret)
 		if k.ID == s.signer.ID {
 			s.signHeader = header
+			s.signMAC = s.headers[header]
 		}
 	}
 	popts := []jwt.ParserOption{
@@ -314,11 +332,9 @@ func (s *Service) sign(c Claims) (string, error) {
 		return "", fmt.Errorf("token: encoding claims: %w", err)
 	}
 	signing := s.signHeader + "." + base64.RawURLEncoding.EncodeToString(claims)
-	sig, err := jwt.SigningMethodHS256.Sign(signing, s.signer.Secret)
-	if err != nil {
-		return "", fmt.Errorf("token: signing: %w", err)
-	}
-	return signing + "." + base64.RawURLEncoding.EncodeToString(sig), nil
+	var sig [sha256.Size]byte
+	s.signMAC.sum(signing, sig[:0])
+	return signing + "." + base64.RawURLEncoding.EncodeToString(sig[:]), nil
 }
 
 // Parse verifies a token's signature (HS256 only, kid from the key ring)
@@ -337,8 +353,8 @@ func (s *Service) Parse(tok string) (Claims, error) {
 	var jc jwtClaims
 	var err error
 	dot1, dot2 := strings.IndexByte(tok, '.'), strings.LastIndexByte(tok, '.')
-	if secret, ok := s.headers[tok[:dot1]]; ok {
-		if !validMAC(tok[:dot2], tok[dot2+1:], secret) {
+	if macs, ok := s.headers[tok[:dot1]]; ok {
+		if !macs.valid(tok[:dot2], tok[dot2+1:]) {
 			return Claims{}, fmt.Errorf("%w: signature is invalid", ErrInvalid)
 		}
 		err = s.decodeClaims(tok[dot1+1:dot2], &jc)
@@ -379,20 +395,38 @@ func (s *Service) decodeClaims(seg string, jc *jwtClaims) error {
 	return s.validator.Validate(jc)
 }
 
-// validMAC reports whether sig (unpadded base64url) is the HS256 MAC of
-// signed under secret, compared in constant time.
-func validMAC(signed, sig string, secret []byte) bool {
+// macPool recycles keyed HMAC-SHA256 states, which cost two SHA-256
+// blocks and several allocations to set up.
+type macPool struct{ p sync.Pool }
+
+func newMACPool(secret []byte) *macPool {
+	m := &macPool{}
+	m.p.New = func() any { return hmac.New(sha256.New, secret) }
+	return m
+}
+
+// sum appends the MAC of msg to b.
+func (m *macPool) sum(msg string, b []byte) []byte {
+	h := m.p.Get().(hash.Hash)
+	h.Reset()
+	_, _ = io.WriteString(h, msg)
+	b = h.Sum(b)
+	m.p.Put(h)
+	return b
+}
+
+// valid reports whether sig (unpadded base64url) is the MAC of signed,
+// compared in constant time.
+func (m *macPool) valid(signed, sig string) bool {
 	if base64.RawURLEncoding.DecodedLen(len(sig)) != sha256.Size {
 		return false
 	}
-	var got [sha256.Size]byte
+	var got, want [sha256.Size]byte
 	// Strict: one spelling per signature, so a token cannot be re-encoded.
 	if n, err := base64.RawURLEncoding.Strict().Decode(got[:], []byte(sig)); err != nil || n != sha256.Size {
 		return false
 	}
-	mac := hmac.New(sha256.New, secret)
-	mac.Write([]byte(signed))
-	return hmac.Equal(mac.Sum(nil), got[:])
+	return hmac.Equal(m.sum(signed, want[:0]), got[:])
 }
 
 func (s *Service) keyFor(t *jwt.Token) (any, error) {

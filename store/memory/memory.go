@@ -55,7 +55,7 @@ type Store struct {
 type shard struct {
 	mu sync.Mutex
 	m  map[string]entry
-	_  [40]byte // keep shards on separate cache lines
+	_  [48]byte // 16 bytes of fields + 48 = one 64-byte cache line per shard
 }
 
 type entry struct {
@@ -66,7 +66,7 @@ type entry struct {
 type limShard struct {
 	mu sync.Mutex
 	m  map[string]*rate.Limiter
-	_  [40]byte
+	_  [48]byte
 }
 
 var (
