@@ -167,9 +167,10 @@
   }
 
   /**
-   * The form's token: the one in its hidden input (server-rendered or
-   * restored from the back/forward cache), else the one history.state kept
-   * for it, else a fresh one. An unsubmitted token that has expired is
+   * The form's token: the one it already submitted from this history entry
+   * (history.state), else the one in its hidden input (server-rendered or
+   * restored from the back/forward cache), else an unsubmitted one
+   * history.state kept, else a fresh one. An unsubmitted token that has expired is
    * replaced; a submitted one is kept, so a resubmission reaches the server
    * as the duplicate it is.
    * @param {HTMLFormElement} form
@@ -179,7 +180,10 @@
     var st = state(form);
     var input = field(form);
     var s = saved()[key(form)];
-    var tok = (input && input.value) || (s && s.t);
+    // A token this form already submitted from this history entry wins:
+    // when Back or Reload fetched the page again, the server rendered a
+    // fresh token, but it is still the same form instance.
+    var tok = (s && s.u && s.t) || (input && input.value) || (s && s.t);
     if (tok && ((s && s.t == tok && s.u) || expiry(tok) > Date.now() + 5000)) {
       if (!input || input.value != tok) keep(form, tok, s && s.t == tok && !!s.u);
       return Promise.resolve(tok);
@@ -337,7 +341,11 @@
       if (!tok) return;
       var method = (attr(form, sub, 'method') || 'get').toUpperCase();
       var url = new URL(attr(form, sub, 'action') || g.location.href, g.location.href);
-      var data = new FormData(form, /** @type {HTMLButtonElement | null} */ (sub));
+      // begin() has disabled the submitter, and FormData leaves disabled
+      // controls out: add its name and value as navigate() does.
+      var data = new FormData(form);
+      var name = sub && sub.getAttribute('name');
+      if (name) data.append(name, /** @type {HTMLButtonElement} */ (sub).value);
       /** @type {BodyInit | undefined} */
       var body = data;
       if (method == 'GET') {
