@@ -1,0 +1,324 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/golang-jwt/jwt/v5"
+
+	"github.com/replayguard/replayguard/store/memory"
+	"github.com/replayguard/replayguard/token"
+)
+
+func TestCheckLoopbackURL(t *testing.T) {
+	tests := []struct {
+		name, url string
+		ok        bool
+	}{
+		{"IPv4 loopback is accepted", "http://127.0.0.1:8080", true},
+		{"anywhere in 127.0.0.0/8 is accepted", "http://127.8.9.10:80/", true},
+		{"IPv6 loopback is accepted", "http://[::1]:8080", true},
+		{"localhost is accepted", "http://localhost:8080", true},
+		{"a private address is refused", "http://10.0.0.1:8080", false},
+		{"a public name is refused", "http://example.com", false},
+		{"an unspecified address is refused", "http://0.0.0.0:8080", false},
+		{"https is refused (the program speaks plain HTTP)", "https://127.0.0.1:8443", false},
+		{"a URL without a host is refused", "http:///v1", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := checkLoopbackURL(tt.url)
+			if (err == nil) != tt.ok {
+				t.Fatalf("checkLoopbackURL(%q) = %v, want ok=%v", tt.url, err, tt.ok)
+			}
+		})
+	}
+}
+
+func TestParseFlagsRefusesUnboundedRuns(t *testing.T) {
+	tests := []struct {
+		name string
+		args []string
+	}{
+		{"duration over ten minutes", []string{"-duration", "11m"}},
+		{"zero duration", []string{"-duration", "0s"}},
+		{"no workers", []string{"-workers", "0"}},
+		{"no request budget", []string{"-max-requests", "0"}},
+		{"unknown mode", []string{"-mode", "flood"}},
+		{"non-loopback target", []string{"-url", "http://192.168.1.1:8080"}},
+		{"watch without a pid", []string{"-watch", "server"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if _, err := parseFlags(tt.args, io.Discard); err == nil {
+				t.Fatalf("parseFlags(%q) accepted it", tt.args)
+			}
+		})
+	}
+	c, err := parseFlags(nil, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.workers != 64 || c.duration != 10*time.Second || c.mode != "pairs" {
+		t.Fatalf("defaults = %d workers, %v, %s; want 64, 10s, pairs", c.workers, c.duration, c.mode)
+	}
+}
+
+func TestDialerRefusesNonLoopback(t *testing.T) {
+	c := newClient(1, time.Second)
+	req, err := http.NewRequest(http.MethodGet, "http://192.0.2.1:9/", nil) // TEST-NET-1: never routed
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.Do(req)
+	if !errors.Is(err, errNotLoopback) {
+		t.Fatalf("dialing 192.0.2.1 = %v, want errNotLoopback before any packet is sent", err)
+	}
+}
+
+func TestForgedTokensAreWellFormedButUnsigned(t *testing.T) {
+	key := token.Key{ID: "current", Secret: []byte("0123456789abcdef0123456789abcdef")}
+	st := memory.New()
+	defer st.Close()
+	svc, err := token.New(st, []token.Key{key}, token.WithMachineID(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	forged, err := forgeTokens(key.ID, 3, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(forged) != 3 || forged[0] == forged[1] {
+		t.Fatalf("forgeTokens gave %d tokens, want 3 distinct ones", len(forged))
+	}
+	for _, tok := range forged {
+		if _, err := svc.Parse(tok); !errors.Is(err, token.ErrInvalid) {
+			t.Fatalf("Parse(forged) = %v, want ErrInvalid", err)
+		}
+		if kid, err := kidOf(tok); err != nil || kid != key.ID {
+			t.Fatalf("kidOf(forged) = %q, %v; want %q", kid, err, key.ID)
+		}
+	}
+	// The same claims signed with the real key pass Parse: only the
+	// signature is wrong in a forged token.
+	genuine, err := signToken(key.ID, key.Secret, "123456789", now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := svc.Parse(genuine); err != nil {
+		t.Fatalf("Parse(same shape, real key) = %v, want nil", err)
+	}
+	// And the header is the one the server writes, so the server's
+	// fastest rejection path is what gets measured.
+	issued, err := svc.Issue(context.Background(), token.IssueRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h := strings.Split(issued.Token, ".")[0]; h != strings.Split(forged[0], ".")[0] {
+		t.Fatalf("forged header %q differs from the server's %q", strings.Split(forged[0], ".")[0], h)
+	}
+	if _, _, err := jwt.NewParser().ParseUnverified(forged[0], jwt.MapClaims{}); err != nil {
+		t.Fatalf("forged token does not parse as a JWT: %v", err)
+	}
+}
+
+func TestTokenFrom(t *testing.T) {
+	tests := []struct {
+		name, body, want string
+	}{
+		{"compact JSON", `{"token":"a.b.c","id":"1"}`, "a.b.c"},
+		{"spaced JSON falls back to decoding", `{ "token" : "a.b.c" }`, "a.b.c"},
+		{"escaped value falls back to decoding", `{"token":"a\/b"}`, "a/b"},
+		{"missing field", `{"id":"1"}`, ""},
+		{"not JSON", `oops`, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := tokenFrom([]byte(tt.body), "token"); got != tt.want {
+				t.Fatalf("tokenFrom(%s) = %q, want %q", tt.body, got, tt.want)
+			}
+		})
+	}
+}
+
+func TestQuantile(t *testing.T) {
+	var d []time.Duration
+	for i := 1; i <= 100; i++ {
+		d = append(d, time.Duration(i)*time.Millisecond)
+	}
+	tests := []struct {
+		q    float64
+		want time.Duration
+	}{{.50, 50 * time.Millisecond}, {.99, 99 * time.Millisecond}, {1, 100 * time.Millisecond}, {0, time.Millisecond}}
+	for _, tt := range tests {
+		if got := quantile(d, tt.q); got != tt.want {
+			t.Errorf("quantile(1..100ms, %v) = %v, want %v", tt.q, got, tt.want)
+		}
+	}
+	if got := quantile(nil, .5); got != 0 {
+		t.Errorf("quantile(nil) = %v, want 0", got)
+	}
+}
+
+// TestRunModes drives each mode for a moment against a real Replayguard
+// stack on the memory store (pairs, forged) and a 204 route (noop).
+func TestRunModes(t *testing.T) {
+	st := memory.New()
+	defer st.Close()
+	rg := httptest.NewServer(newStack(t, "engine", st))
+	defer rg.Close()
+	noop := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	defer noop.Close()
+
+	tests := []struct {
+		name, mode, url string
+		status          string
+	}{
+		{"pairs are issued then redeemed", "pairs", rg.URL, "201"},
+		{"forged tokens are refused as token_invalid", "forged", rg.URL, "401"},
+		{"noop answers 204", "noop", noop.URL, "204"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg, err := parseFlags([]string{"-url", tt.url, "-mode", tt.mode, "-workers", "4", "-duration", "10s", "-max-requests", "200", "-forged-pool", "8"}, io.Discard)
+			if err != nil {
+				t.Fatal(err)
+			}
+			s, err := run(context.Background(), cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !s.Clean || s.StoppedBy != "max-requests" || s.Statuses[tt.status] == 0 {
+				t.Fatalf("summary = %+v, want a clean run stopped by max-requests with %s answers", s, tt.status)
+			}
+			if s.Requests > 200 {
+				t.Fatalf("%d requests sent, over the budget of 200", s.Requests)
+			}
+			if tt.mode == "pairs" && (s.OK != s.Statuses["200"] || s.Statuses["201"] != s.Statuses["200"]) {
+				t.Fatalf("pairs: %d ok, statuses %v; want every 201 followed by a 200", s.OK, s.Statuses)
+			}
+		})
+	}
+}
+
+func TestRunCountsUnexpectedAnswers(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/v1/tokens" {
+			w.WriteHeader(http.StatusCreated)
+			_, _ = io.WriteString(w, `{"token":"x"}`)
+			return
+		}
+		w.WriteHeader(http.StatusServiceUnavailable)
+	}))
+	defer srv.Close()
+	cfg, err := parseFlags([]string{"-url", srv.URL, "-workers", "2", "-max-requests", "20"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := run(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Clean || s.OK != 0 || s.Status5xx != 10 || s.Unexpected != 10 || s.Non2xx != 10 {
+		t.Fatalf("summary = %+v, want 10 unexpected 503s and no pairs", s)
+	}
+}
+
+func TestReport(t *testing.T) {
+	dir := t.TempDir()
+	runs := filepath.Join(dir, "runs.jsonl")
+	// Two rounds of Replayguard pairs: 1000/s and 800/s over 5 s each,
+	// p99 from the merged histograms (bucket 465 holds 9.98-10.18 ms and
+	// reads as 10.078 ms).
+	lines := []string{
+		`{"kind":"load","label":"replayguard","mode":"pairs","duration_s":5,"ok":5000,"ok_per_s":1000,"p99_ms":10,"latency_hist":{"0":90,"465":10},"cpu_s":{"server":1,"other":1},"num_cpu":2}`,
+		`{"kind":"load","label":"baseline","mode":"pairs","duration_s":10,"ok":10000,"ok_per_s":1000,"p99_ms":9}`,
+		`{"kind":"load","label":"replayguard","mode":"forged","duration_s":10,"ok":5000,"ok_per_s":500}`,
+		`{"kind":"load","label":"baseline","mode":"noop","duration_s":10,"ok":10000,"ok_per_s":1000}`,
+		`{"kind":"load","label":"replayguard","mode":"pairs","duration_s":5,"ok":4000,"ok_per_s":800,"p99_ms":10,"latency_hist":{"0":90,"465":10},"cpu_s":{"server":0.8,"other":0},"num_cpu":2}`,
+	}
+	if err := os.WriteFile(runs, []byte(strings.Join(lines, "\n")+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	gob := filepath.Join(dir, "go.txt")
+	if err := os.WriteFile(gob, []byte("pkg: github.com/replayguard/replayguard/store/memory\nBenchmarkRedeemParallel-2   \t 1000\t 300.0 ns/op\t 3000000 redeems/s\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	rb := filepath.Join(dir, "redis.txt")
+	if err := os.WriteFile(rb, []byte("SET: rps=1\rSET: 100000.00 requests per second, p50=0.200 msec\n# a note\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var out strings.Builder
+	if err := report([]string{"-runs", runs, "-gobench", gob, "-redisbench", rb}, &out); err != nil {
+		t.Fatal(err)
+	}
+	got := out.String()
+	for _, want := range []string{
+		"| replayguard | pairs | 2 | 10.0 | **900** (1000, 800) |",
+		"| pairs/s ≥ 80% of the baseline's | 900 vs 1000 pairs/s = 90% | **pass** |",
+		"| p99 (issue + redeem) < 25 ms | 10.08 ms | **pass** |",
+		"| p99 ≤ 1.25× the baseline's | 10.08 vs 9.00 ms = 1.12× | **pass** |",
+		"| 200 | 5% |", // server CPU µs per pair: 1.8 s / 9000; other: 1 s of 2 CPUs × 10 s
+		"| forged rejections/s ≥ 60% of the baseline's 204 noop | 500 vs 1000 req/s = 50% | **MISS** |",
+		"3,000,000 redeems/s (lowest of 1 runs) | **pass** |",
+		"| `SET` | 100,000 | 0.200 |",
+		"- a note",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("report lacks %q:\n%s", want, got)
+		}
+	}
+	if n := strings.Count(got, "**MISS**"); n != 1 {
+		t.Errorf("report has %d misses, want 1:\n%s", n, got)
+	}
+}
+
+func TestPerfSplitClassifies(t *testing.T) {
+	const (
+		next    = "\t 1 github.com/gin-gonic/gin.(*Context).Next+0x5f (/srv)\n"
+		logMW   = "\t 2 github.com/replayguard/replayguard/handlers.(*API).Engine.logRequests.func5+0x52 (/srv)\n"
+		serve   = "\t 3 net/http.(*conn).serve+0x690 (/srv)\n"
+		handler = "\t 4 github.com/replayguard/replayguard/handlers.(*API).redeem+0x2e7 (/srv)\n"
+	)
+	sample := func(leaf ...string) string {
+		return "server 1 [000] 1.0: 1001 cpu-clock:\n" + strings.Join(leaf, "") + "\n"
+	}
+	tests := []struct {
+		name, script, want string
+	}{
+		{"JWT work inside a handler is JWT, not the logging middleware around it",
+			sample("\t 9 runtime.mallocgc+0x1 (/srv)\n", "\t 8 github.com/golang-jwt/jwt/v5.(*Parser).ParseUnverified+0x1 (/srv)\n", handler, next, logMW, next, serve),
+			"JWT sign / verify (token, golang-jwt, crypto)"},
+		{"the middleware's own frames are logging",
+			sample("\t 9 log/slog.(*Logger).LogAttrs+0x1 (/srv)\n", logMW, next, serve),
+			"request logging (handlers logRequests, log/slog, its write(2))"},
+		{"a Redis write syscall belongs to the Redis client",
+			sample("\t a tcp_sendmsg+0x1 ([kernel.kallsyms])\n", "\t 9 github.com/redis/go-redis/v9.(*baseClient).withConn+0x4a (/srv)\n", handler, next, serve),
+			"Redis client (store/redis, go-redis, its socket syscalls)"},
+		{"an HTTP write syscall is kernel time",
+			sample("\t a tcp_sendmsg+0x1 ([kernel.kallsyms])\n", "\t 9 net/http.(*response).finishRequest+0x1 (/srv)\n", serve),
+			"kernel, outside the above: HTTP socket I/O, loopback TCP, scheduling"},
+		{"background marking is GC wherever it runs",
+			sample("\t 9 runtime.scanobject+0x1 (/srv)\n", "\t 8 runtime.gcBgMarkWorker+0x1 (/srv)\n"),
+			"Go GC (background marking, assists, sweeping)"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			counts, total, err := perfSplit(strings.NewReader(tt.script))
+			if err != nil || total != 1 || counts[tt.want] != 1 {
+				t.Fatalf("perfSplit = %v, %d, %v; want one sample in %q", counts, total, err, tt.want)
+			}
+		})
+	}
+}

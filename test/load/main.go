@@ -1,0 +1,165 @@
+// Command load drives a Replayguard server, or the baseline server in
+// ./baseline, with concurrent HTTP requests and reports throughput and
+// latency.
+//
+// Modes (-mode):
+//
+//	pairs   each worker loops: POST /v1/tokens with an empty body, then
+//	        POST /v1/tokens/redeem with the token in the Idempotency-Token
+//	        header. Only a 201 followed by a 200 counts as a pair.
+//	forged  POST /v1/tokens/redeem with well-formed, unexpired HS256 JWTs
+//	        that carry the server's current kid but are signed with another
+//	        key; each must be answered 401 token_invalid. The kid comes from
+//	        -kid, or from the header of one real token fetched first.
+//	noop    POST -noop-path (default /noop), which must answer 204: the
+//	        floor of an HTTP round trip, for the baseline server.
+//
+// A run is bounded by -duration and by -max-requests, whichever comes
+// first, and stops by itself. Only loopback targets are accepted, and the
+// dialer refuses any address outside the loopback range.
+//
+// It prints a human summary, then one line of JSON (the summary as data);
+// -json FILE appends that line to FILE too. The exit status is 1 when the
+// run saw a 5xx, a transport error or an unexpected answer, 2 on bad flags.
+//
+// "load report" turns the JSON lines of several runs plus Go and
+// redis-benchmark output into the Markdown tables of BENCHMARKS.md (see
+// report.go), and "load perfsplit" splits a server's perf profile into
+// categories of CPU time (see perfsplit.go). run.sh runs the whole
+// comparison.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+)
+
+func main() {
+	if len(os.Args) > 1 {
+		sub := map[string]func([]string, io.Writer) error{"report": report, "perfsplit": perfSplitCmd}[os.Args[1]]
+		if sub != nil {
+			if err := sub(os.Args[2:], os.Stdout); err != nil {
+				fmt.Fprintf(os.Stderr, "load %s: %v\n", os.Args[1], err)
+				os.Exit(2)
+			}
+			return
+		}
+	}
+	cfg, err := parseFlags(os.Args[1:], os.Stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		os.Exit(0)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "load:", err)
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	sum, err := run(ctx, cfg)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "load:", err)
+		os.Exit(1)
+	}
+	if err := writeSummary(os.Stdout, cfg.jsonFile, sum); err != nil {
+		fmt.Fprintln(os.Stderr, "load:", err)
+		os.Exit(1)
+	}
+	if !sum.Clean {
+		os.Exit(1)
+	}
+}
+
+// Limits on the flags, so that no invocation runs unbounded.
+const (
+	maxDuration = 10 * time.Minute
+	maxWorkers  = 4096
+	maxRequests = 100_000_000
+)
+
+// config is one run's settings.
+type config struct {
+	url         string
+	mode        string
+	label       string
+	workers     int
+	duration    time.Duration
+	maxRequests int64
+	timeout     time.Duration
+
+	issuePath   string
+	redeemPath  string
+	noopPath    string
+	tokenField  string
+	tokenHeader string
+	kid         string
+	forgedPool  int
+
+	watch    string
+	jsonFile string
+}
+
+func parseFlags(args []string, stderr io.Writer) (*config, error) {
+	c := &config{}
+	fs := flag.NewFlagSet("load", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&c.url, "url", "http://127.0.0.1:8080", "base URL of the server (loopback only)")
+	fs.StringVar(&c.mode, "mode", "pairs", "pairs, forged or noop")
+	fs.StringVar(&c.label, "label", "", "name of the target in the summary (default: the URL's host)")
+	fs.IntVar(&c.workers, "workers", 64, "concurrent workers, each with at most one request in flight")
+	fs.DurationVar(&c.duration, "duration", 10*time.Second, "how long to run (at most 10m)")
+	fs.Int64Var(&c.maxRequests, "max-requests", 20_000_000, "stop after this many requests, whichever comes first")
+	fs.DurationVar(&c.timeout, "timeout", 10*time.Second, "timeout of one request")
+	fs.StringVar(&c.issuePath, "issue-path", "/v1/tokens", "path that issues a token")
+	fs.StringVar(&c.redeemPath, "redeem-path", "/v1/tokens/redeem", "path that redeems a token")
+	fs.StringVar(&c.noopPath, "noop-path", "/noop", "path that answers 204, for -mode noop")
+	fs.StringVar(&c.tokenField, "token-field", "token", "JSON field of the issue answer that holds the token")
+	fs.StringVar(&c.tokenHeader, "token-header", "Idempotency-Token", "request header that carries the token to redeem")
+	fs.StringVar(&c.kid, "kid", "", "kid of forged tokens (default: read from one real token issued first)")
+	fs.IntVar(&c.forgedPool, "forged-pool", 4096, "distinct forged tokens to cycle through")
+	fs.StringVar(&c.watch, "watch", "", "name:pid,... processes whose CPU time to report (Linux /proc)")
+	fs.StringVar(&c.jsonFile, "json", "", "also append the JSON summary line to this file")
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	switch c.mode {
+	case "pairs", "forged", "noop":
+	default:
+		return nil, fmt.Errorf("-mode %q: want pairs, forged or noop", c.mode)
+	}
+	if c.workers < 1 || c.workers > maxWorkers {
+		return nil, fmt.Errorf("-workers must lie within [1, %d]", maxWorkers)
+	}
+	if c.duration <= 0 || c.duration > maxDuration {
+		return nil, fmt.Errorf("-duration must lie within (0, %v]", maxDuration)
+	}
+	if c.maxRequests < 1 || c.maxRequests > maxRequests {
+		return nil, fmt.Errorf("-max-requests must lie within [1, %d]", maxRequests)
+	}
+	if c.timeout <= 0 || c.timeout > time.Minute {
+		return nil, errors.New("-timeout must lie within (0, 1m]")
+	}
+	if c.forgedPool < 1 || c.forgedPool > 1<<20 {
+		return nil, errors.New("-forged-pool must lie within [1, 1048576]")
+	}
+	host, err := checkLoopbackURL(c.url)
+	if err != nil {
+		return nil, err
+	}
+	if c.label == "" {
+		c.label = host
+	}
+	if _, err := parseWatch(c.watch); err != nil {
+		return nil, err
+	}
+	return c, nil
+}

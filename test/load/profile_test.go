@@ -1,0 +1,198 @@
+package main
+
+import (
+	"bytes"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/gin-gonic/gin"
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/replayguard/replayguard/handlers"
+	"github.com/replayguard/replayguard/metrics"
+	"github.com/replayguard/replayguard/store"
+	"github.com/replayguard/replayguard/store/memory"
+	redisstore "github.com/replayguard/replayguard/store/redis"
+	"github.com/replayguard/replayguard/token"
+)
+
+// The benchmarks below drive Replayguard's request path in process,
+// without the network, wired as cmd/server wires it, so that a CPU
+// profile shows where a request's time goes:
+//
+//	go test -run XXX -bench Engine -cpuprofile cpu.out ./test/load/
+//	go tool pprof -top -cum test/load/load.test cpu.out
+//
+// Each benchmark has three stacks, to price the layers:
+//
+//	engine        (*API).Engine: request IDs, a JSON log line per request
+//	              written to a file, panic recovery, metrics
+//	engine-nolog  the same with the log level above info, so the request
+//	              line is dropped before it is formatted
+//	bare          the handlers alone on gin.New(), without metrics
+//
+// Pairs run on the memory store, and on the Redis at
+// REPLAYGUARD_TEST_REDIS_URL when it is set.
+
+// benchKey is a fixed test signing key (32 zero bytes would do as well).
+var benchKey = token.Key{ID: "load", Secret: []byte("0123456789abcdef0123456789abcdef")}
+
+// newStack returns a handler for stack over st.
+func newStack(tb testing.TB, stack string, st store.Store) http.Handler {
+	tb.Helper()
+	gin.SetMode(gin.ReleaseMode)
+	var m *metrics.Metrics
+	if stack != "bare" {
+		m = metrics.New()
+		st = m.Instrument(st)
+	}
+	svc, err := token.New(st, []token.Key{benchKey}, token.WithMachineID(1))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	level := slog.LevelInfo
+	if stack == "engine-nolog" {
+		level = slog.LevelWarn
+	}
+	f, err := os.Create(tb.TempDir() + "/server.log")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { f.Close() })
+	log := slog.New(slog.NewJSONHandler(f, &slog.HandlerOptions{Level: level}))
+	opts := []handlers.Option{handlers.WithMetrics(m), handlers.WithLogger(log)}
+	if lim, ok := st.(store.Limiter); ok {
+		opts = append(opts, handlers.WithIssueRate(lim, store.Limit{}))
+	}
+	api := handlers.New(svc, opts...)
+	if stack == "bare" {
+		e := gin.New()
+		api.Register(e)
+		return e
+	}
+	e, err := api.Engine(handlers.EngineConfig{Logger: log})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return e
+}
+
+// serve sends one POST with no body through h and returns the status and
+// body.
+func serve(h http.Handler, path, tok string) (int, []byte) {
+	req, _ := http.NewRequest(http.MethodPost, path, nil)
+	req.RemoteAddr = "127.0.0.1:40000"
+	if tok != "" {
+		req.Header.Set("Idempotency-Token", tok)
+	}
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, req)
+	return w.Code, w.Body.Bytes()
+}
+
+// benchStores returns the stores pairs run on.
+func benchStores(b *testing.B) map[string]func() store.Store {
+	stores := map[string]func() store.Store{
+		"memory": func() store.Store { return memory.New() },
+	}
+	if url := os.Getenv("REPLAYGUARD_TEST_REDIS_URL"); url != "" {
+		stores["redis"] = func() store.Store {
+			o, err := goredis.ParseURL(url)
+			if err != nil {
+				b.Fatal(err)
+			}
+			o.ContextTimeoutEnabled = true
+			return redisstore.New(goredis.NewClient(o), redisstore.WithPrefix("loadbench:"))
+		}
+	}
+	return stores
+}
+
+var stacks = []string{"engine", "engine-nolog", "bare"}
+
+// BenchmarkEnginePair prices one issue plus one redeem.
+func BenchmarkEnginePair(b *testing.B) {
+	for name, open := range benchStores(b) {
+		for _, stack := range stacks {
+			b.Run(name+"/"+stack, func(b *testing.B) {
+				st := open()
+				defer st.Close()
+				h := newStack(b, stack, st)
+				b.ReportAllocs()
+				b.SetParallelism(16)
+				b.RunParallel(func(pb *testing.PB) {
+					for pb.Next() {
+						code, body := serve(h, "/v1/tokens", "")
+						if code != http.StatusCreated {
+							b.Errorf("issue: %d %s", code, body)
+							return
+						}
+						if code, body = serve(h, "/v1/tokens/redeem", tokenFrom(body, "token")); code != http.StatusOK {
+							b.Errorf("redeem: %d %s", code, body)
+							return
+						}
+					}
+				})
+			})
+		}
+	}
+}
+
+// BenchmarkEngineForged prices refusing one forged token (the store is
+// never touched).
+func BenchmarkEngineForged(b *testing.B) {
+	forged, err := forgeTokens(benchKey.ID, 1024, time.Now())
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, stack := range stacks {
+		b.Run(stack, func(b *testing.B) {
+			st := memory.New()
+			defer st.Close()
+			h := newStack(b, stack, st)
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				code, body := serve(h, "/v1/tokens/redeem", forged[i%len(forged)])
+				if code != http.StatusUnauthorized || !bytes.Contains(body, invalidCode) {
+					b.Fatalf("forged: %d %s", code, body)
+				}
+				i++
+			}
+		})
+	}
+}
+
+// TestStacksServePairs checks that every stack the benchmarks price
+// answers a pair and a forged token as the contract says.
+func TestStacksServePairs(t *testing.T) {
+	forged, err := forgeTokens(benchKey.ID, 1, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, stack := range stacks {
+		t.Run(stack, func(t *testing.T) {
+			st := memory.New()
+			defer st.Close()
+			h := newStack(t, stack, st)
+			code, body := serve(h, "/v1/tokens", "")
+			if code != http.StatusCreated {
+				t.Fatalf("issue = %d %s, want 201", code, body)
+			}
+			tok := tokenFrom(body, "token")
+			if code, body := serve(h, "/v1/tokens/redeem", tok); code != http.StatusOK {
+				t.Fatalf("redeem = %d %s, want 200", code, body)
+			}
+			if code, body := serve(h, "/v1/tokens/redeem", tok); code != http.StatusConflict {
+				t.Fatalf("second redeem = %d %s, want 409", code, body)
+			}
+			if code, body := serve(h, "/v1/tokens/redeem", forged[0]); code != http.StatusUnauthorized || !bytes.Contains(body, invalidCode) {
+				t.Fatalf("forged redeem = %d %s, want 401 token_invalid", code, body)
+			}
+		})
+	}
+}

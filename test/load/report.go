@@ -1,0 +1,512 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// Labels run.sh gives the two targets; the report compares them.
+const (
+	labelReplayguard = "replayguard"
+	labelBaseline    = "baseline"
+)
+
+// Targets of the benchmark contract.
+const (
+	targetPairsRatio  = 0.80 // pairs/s, against the baseline's
+	targetForgedRatio = 0.60 // forged rejections/s, against the baseline's noop/s
+	targetP99Ms       = 25.0 // p99 over issue and redeem
+	targetP99Ratio    = 1.25 // p99, against the baseline's
+	targetMemRedeems  = 1e6  // memory store redeems/s
+	// sonyflakeCeiling is what sonyflake v1 issues at most per machine ID:
+	// 256 IDs per 10 ms.
+	sonyflakeCeiling = 25_600
+)
+
+// report prints the Markdown tables of BENCHMARKS.md from the JSON lines
+// of load runs (-runs), Go benchmark output (-gobench, comma-separated
+// files) and redis-benchmark -q output (-redisbench).
+func report(args []string, w io.Writer) error {
+	fs := flag.NewFlagSet("load report", flag.ContinueOnError)
+	runsFile := fs.String("runs", "", "file of JSON summary lines from load runs")
+	goFiles := fs.String("gobench", "", "comma-separated files of go test -bench output")
+	redisFile := fs.String("redisbench", "", "file of redis-benchmark -q output")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *runsFile == "" {
+		return errors.New("-runs is required")
+	}
+	runs, err := readRuns(*runsFile)
+	if err != nil {
+		return err
+	}
+	var benches []goBench
+	for _, f := range strings.Split(*goFiles, ",") {
+		if f = strings.TrimSpace(f); f == "" {
+			continue
+		}
+		b, err := readGoBench(f)
+		if err != nil {
+			return err
+		}
+		benches = append(benches, b...)
+	}
+	var rb []redisBench
+	if *redisFile != "" {
+		if rb, err = readRedisBench(*redisFile); err != nil {
+			return err
+		}
+	}
+	var b bytes.Buffer
+	b.WriteString("Load, every round:\n\n")
+	writeRunTable(&b, runs)
+	b.WriteString("Load, rounds merged (successes over total time; percentiles over every request of every round):\n\n")
+	writeMergedTable(&b, mergeRuns(runs))
+	writeRatios(&b, mergeRuns(runs))
+	failed := writeTargets(&b, runs, benches)
+	if len(rb) > 0 {
+		writeRedisTable(&b, rb)
+	}
+	if len(benches) > 0 {
+		writeGoTable(&b, benches)
+	}
+	if _, err := w.Write(b.Bytes()); err != nil {
+		return err
+	}
+	if failed > 0 {
+		fmt.Fprintf(os.Stderr, "load report: %d target(s) missed\n", failed)
+	}
+	return nil
+}
+
+func readRuns(path string) ([]summary, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var out []summary
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		line := bytes.TrimSpace(sc.Bytes())
+		if len(line) == 0 || line[0] != '{' {
+			continue
+		}
+		var s summary
+		if err := json.Unmarshal(line, &s); err != nil {
+			return nil, fmt.Errorf("%s: %w", path, err)
+		}
+		if s.Kind == "load" {
+			out = append(out, s)
+		}
+	}
+	return out, sc.Err()
+}
+
+// merged is every run (round) of one target and mode taken together.
+type merged struct {
+	label, mode string
+	rounds      int
+	seconds     float64
+	ok          int64
+	okPerS      float64
+	roundOKPerS []float64
+	requests    int64
+	non2xx      int64
+	status5xx   int64
+	bad         int64 // transport errors and unexpected answers
+	// Latencies in ms: exact for one round, from the merged histograms
+	// (within 2%) for several; max is exact.
+	p50, p90, p99, p999, max float64
+	cpu                      map[string]float64
+	numCPU                   int
+}
+
+// mergeRuns groups runs by target and mode, in the order they first
+// appear.
+func mergeRuns(runs []summary) []*merged {
+	var out []*merged
+	by := map[string]*merged{}
+	hists := map[string][]map[string]int64{}
+	for _, r := range runs {
+		k := r.Label + "\x00" + r.Mode
+		m := by[k]
+		if m == nil {
+			m = &merged{label: r.Label, mode: r.Mode, cpu: map[string]float64{}, numCPU: r.NumCPU}
+			by[k] = m
+			out = append(out, m)
+		}
+		m.rounds++
+		m.seconds += r.DurationS
+		m.ok += r.OK
+		m.roundOKPerS = append(m.roundOKPerS, r.OKPerS)
+		m.requests += r.Requests
+		m.non2xx += r.Non2xx
+		m.status5xx += r.Status5xx
+		m.bad += r.Transport + r.Unexpected
+		m.max = math.Max(m.max, r.MaxMs)
+		for name, v := range r.CPUS {
+			m.cpu[name] += v
+		}
+		if m.rounds == 1 {
+			m.p50, m.p90, m.p99, m.p999 = r.P50Ms, r.P90Ms, r.P99Ms, r.P999Ms
+		}
+		hists[k] = append(hists[k], r.Hist)
+	}
+	for k, m := range by {
+		if m.seconds > 0 {
+			m.okPerS = float64(m.ok) / m.seconds
+		}
+		if m.rounds > 1 {
+			h := hists[k]
+			m.p50, m.p90, m.p99, m.p999 = ms(histQuantile(h, .50)), ms(histQuantile(h, .90)), ms(histQuantile(h, .99)), ms(histQuantile(h, .999))
+		}
+	}
+	return out
+}
+
+// cpuPerOK is the CPU time, in µs, that the server, Redis, the load
+// program and interrupts used per success: what a success costs the
+// machine, whatever other processes took meanwhile.
+func (m *merged) cpuPerOK() float64 {
+	if m.ok == 0 {
+		return 0
+	}
+	return (m.cpu["server"] + m.cpu["redis"] + m.cpu["load"] + m.cpu["irq"]) / float64(m.ok) * 1e6
+}
+
+// otherShare is the share of the machine that other processes took.
+func (m *merged) otherShare() float64 {
+	if m.seconds <= 0 || m.numCPU <= 0 {
+		return 0
+	}
+	return m.cpu["other"] / (m.seconds * float64(m.numCPU))
+}
+
+// find returns the merged runs of label and mode, or nil.
+func find(ms []*merged, label, mode string) *merged {
+	for _, m := range ms {
+		if m.label == label && m.mode == mode {
+			return m
+		}
+	}
+	return nil
+}
+
+func writeRunTable(b *bytes.Buffer, runs []summary) {
+	b.WriteString("| target | mode | workers | seconds | successes/s | requests/s | p50 ms | p90 ms | p99 ms | p99.9 ms | max ms | non-2xx | 5xx | errors | CPU s: server / redis / load / irq / other / steal | server CPU µs per success | other processes' share of the machine |\n")
+	b.WriteString("|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|--:|--:|\n")
+	for _, r := range runs {
+		fmt.Fprintf(b, "| %s | %s | %d | %.1f | %.0f | %.0f | %.2f | %.2f | %.2f | %.2f | %.2f | %d | %d | %d | %s | %s | %s |\n",
+			r.Label, r.Mode, r.Workers, r.DurationS, r.OKPerS, r.ReqPerS, r.P50Ms, r.P90Ms, r.P99Ms, r.P999Ms, r.MaxMs,
+			r.Non2xx, r.Status5xx, r.Transport+r.Unexpected, cpuCell(r.CPUS), perSuccess(r.CPUS, r.OK), share(r.CPUS, r.DurationS, r.NumCPU))
+	}
+	b.WriteString("\n")
+}
+
+func writeMergedTable(b *bytes.Buffer, ms []*merged) {
+	b.WriteString("| target | mode | rounds | seconds | successes/s (each round) | p50 ms | p90 ms | p99 ms | p99.9 ms | max ms | non-2xx | 5xx | errors | server CPU µs per success | all CPU µs per success (server + Redis + load + irq) | other processes' share of the machine |\n")
+	b.WriteString("|---|---|--:|--:|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n")
+	for _, m := range ms {
+		var each []string
+		for _, v := range m.roundOKPerS {
+			each = append(each, fmt.Sprintf("%.0f", v))
+		}
+		all := "n/a"
+		if v := m.cpuPerOK(); v > 0 {
+			all = fmt.Sprintf("%.0f", v)
+		}
+		fmt.Fprintf(b, "| %s | %s | %d | %.1f | **%.0f** (%s) | %.2f | %.2f | %.2f | %.2f | %.2f | %d | %d | %d | %s | %s | %s |\n",
+			m.label, m.mode, m.rounds, m.seconds, m.okPerS, strings.Join(each, ", "), m.p50, m.p90, m.p99, m.p999, m.max,
+			m.non2xx, m.status5xx, m.bad, perSuccess(m.cpu, m.ok), all, share(m.cpu, m.seconds, m.numCPU))
+	}
+	b.WriteString("\n")
+}
+
+// writeRatios compares every target but the baseline with the baseline:
+// pairs with its pairs, forged-token rejections with its 204 no-op route.
+func writeRatios(b *bytes.Buffer, ms []*merged) {
+	against := map[string]string{"pairs": "pairs", "forged": "noop"}
+	var rows []string
+	for _, m := range ms {
+		if m.label == labelBaseline {
+			continue
+		}
+		base := find(ms, labelBaseline, against[m.mode])
+		if base == nil || base.okPerS <= 0 {
+			continue
+		}
+		byCPU, p99 := "n/a", "n/a"
+		if ca, cb := m.cpuPerOK(), base.cpuPerOK(); ca > 0 && cb > 0 {
+			byCPU = fmt.Sprintf("%.0f%%", cb/ca*100)
+		}
+		if base.p99 > 0 {
+			p99 = fmt.Sprintf("%.2f×", m.p99/base.p99)
+		}
+		rows = append(rows, fmt.Sprintf("| %s | %s | baseline %s | %.0f%% | %s | %s |\n", m.label, m.mode, base.mode, m.okPerS/base.okPerS*100, byCPU, p99))
+	}
+	if len(rows) == 0 {
+		return
+	}
+	b.WriteString("| target | mode | against | successes/s ratio | ratio by all CPU per success | p99 ratio |\n|---|---|---|--:|--:|--:|\n")
+	for _, r := range rows {
+		b.WriteString(r)
+	}
+	b.WriteString("\n")
+}
+
+// perSuccess is the server's CPU time per success, in µs.
+func perSuccess(cpu map[string]float64, ok int64) string {
+	if c, found := cpu["server"]; found && ok > 0 {
+		return fmt.Sprintf("%.0f", c/float64(ok)*1e6)
+	}
+	return "n/a"
+}
+
+// share is the CPU that processes outside the run used, as a share of the
+// machine's capacity over seconds.
+func share(cpu map[string]float64, seconds float64, ncpu int) string {
+	o, ok := cpu["other"]
+	if !ok || seconds <= 0 || ncpu <= 0 {
+		return "n/a"
+	}
+	return fmt.Sprintf("%.0f%%", o/(seconds*float64(ncpu))*100)
+}
+
+func cpuCell(c map[string]float64) string {
+	if len(c) == 0 {
+		return "n/a"
+	}
+	cell := func(k string) string {
+		if v, ok := c[k]; ok {
+			return fmt.Sprintf("%.1f", v)
+		}
+		return "-"
+	}
+	return cell("server") + " / " + cell("redis") + " / " + cell("load") + " / " + cell("irq") + " / " + cell("other") + " / " + cell("steal")
+}
+
+func passMiss(ok bool) string {
+	if ok {
+		return "**pass**"
+	}
+	return "**MISS**"
+}
+
+// writeTargets writes the target table and returns how many were missed.
+func writeTargets(b *bytes.Buffer, runs []summary, benches []goBench) int {
+	ms := mergeRuns(runs)
+	missed := 0
+	row := func(name, figure string, ok bool) {
+		if !ok {
+			missed++
+		}
+		fmt.Fprintf(b, "| %s | %s | %s |\n", name, figure, passMiss(ok))
+	}
+	b.WriteString("| target | measured | result |\n|---|---|---|\n")
+	rgPairs, blPairs := find(ms, labelReplayguard, "pairs"), find(ms, labelBaseline, "pairs")
+	forged, noop := find(ms, labelReplayguard, "forged"), find(ms, labelBaseline, "noop")
+	if rgPairs != nil && blPairs != nil && blPairs.okPerS > 0 {
+		ratio := rgPairs.okPerS / blPairs.okPerS
+		row("pairs/s ≥ 80% of the baseline's", fmt.Sprintf("%.0f vs %.0f pairs/s = %.0f%%%s", rgPairs.okPerS, blPairs.okPerS, ratio*100, crossCheck(rgPairs, blPairs)), ratio >= targetPairsRatio)
+		row("p99 (issue + redeem) < 25 ms", fmt.Sprintf("%.2f ms", rgPairs.p99), rgPairs.p99 < targetP99Ms)
+		pr := math.Inf(1)
+		if blPairs.p99 > 0 {
+			pr = rgPairs.p99 / blPairs.p99
+		}
+		row("p99 ≤ 1.25× the baseline's", fmt.Sprintf("%.2f vs %.2f ms = %.2f×", rgPairs.p99, blPairs.p99, pr), pr <= targetP99Ratio)
+	} else {
+		row("pairs/s and p99 against the baseline", "missing run", false)
+	}
+	if forged != nil && noop != nil && noop.okPerS > 0 {
+		ratio := forged.okPerS / noop.okPerS
+		row("forged rejections/s ≥ 60% of the baseline's 204 noop", fmt.Sprintf("%.0f vs %.0f req/s = %.0f%%%s", forged.okPerS, noop.okPerS, ratio*100, crossCheck(forged, noop)), ratio >= targetForgedRatio && forged.bad == 0)
+	} else {
+		row("forged rejections/s against the baseline's noop", "missing run", false)
+	}
+	var n5xx, bad int64
+	for _, r := range runs {
+		n5xx += r.Status5xx
+		bad += r.Transport + r.Unexpected
+	}
+	row("no 5xx in any run", fmt.Sprintf("%d 5xx, %d transport errors or unexpected answers over %d runs", n5xx, bad, len(runs)), n5xx == 0)
+	var mem []float64
+	for _, g := range benches {
+		if strings.HasSuffix(g.pkg, "store/memory") && g.name == "BenchmarkRedeemParallel" {
+			if v, ok := g.metrics["redeems/s"]; ok {
+				mem = append(mem, v)
+			}
+		}
+	}
+	if len(mem) > 0 {
+		lo := slices.Min(mem)
+		row("memory store > 1M redeems/s (BenchmarkRedeemParallel)", fmt.Sprintf("%s redeems/s (lowest of %d runs)", thousands(lo), len(mem)), lo > targetMemRedeems)
+	} else {
+		row("memory store > 1M redeems/s", "no BenchmarkRedeemParallel output", false)
+	}
+	b.WriteString("\n")
+	if rgPairs != nil {
+		issues := rgPairs.okPerS
+		switch {
+		case issues >= 0.9*sonyflakeCeiling:
+			fmt.Fprintf(b, "Sonyflake: %.0f issues/s is at the sonyflake v1 ceiling of %d IDs/s per machine ID: pairs are capped by ID generation.\n\n", issues, sonyflakeCeiling)
+		default:
+			fmt.Fprintf(b, "Sonyflake: %.0f issues/s is %.0f%% of the sonyflake v1 ceiling (%d IDs/s per machine ID): not the limit.\n\n", issues, issues/sonyflakeCeiling*100, sonyflakeCeiling)
+		}
+	}
+	return missed
+}
+
+// crossCheck notes the ratio of a to b by CPU cost per success, which
+// other processes on the machine disturb far less than throughput, and
+// warns when they took over 10% of the machine during either.
+func crossCheck(a, b *merged) string {
+	var out string
+	if ca, cb := a.cpuPerOK(), b.cpuPerOK(); ca > 0 && cb > 0 {
+		out = fmt.Sprintf("; by CPU per success %.0f vs %.0f µs = %.0f%%", ca, cb, cb/ca*100)
+	}
+	if o := math.Max(a.otherShare(), b.otherShare()); o > 0.10 {
+		out += fmt.Sprintf("; CONTENDED: other processes took up to %.0f%% of the machine", o*100)
+	}
+	return out
+}
+
+func thousands(v float64) string {
+	s := strconv.FormatInt(int64(math.Round(v)), 10)
+	var out []byte
+	for i := range s {
+		if i > 0 && (len(s)-i)%3 == 0 {
+			out = append(out, ',')
+		}
+		out = append(out, s[i])
+	}
+	return string(out)
+}
+
+// goBench is one line of go test -bench output.
+type goBench struct {
+	pkg, name string
+	n         int64
+	metrics   map[string]float64 // by unit: ns/op, B/op, allocs/op, redeems/s...
+}
+
+var procSuffix = regexp.MustCompile(`-\d+$`)
+
+func readGoBench(path string) ([]goBench, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var out []goBench
+	pkg := ""
+	for _, line := range strings.Split(string(data), "\n") {
+		if p, ok := strings.CutPrefix(line, "pkg: "); ok {
+			pkg = strings.TrimSpace(p)
+			continue
+		}
+		f := strings.Fields(line)
+		if len(f) < 4 || !strings.HasPrefix(f[0], "Benchmark") {
+			continue
+		}
+		n, err := strconv.ParseInt(f[1], 10, 64)
+		if err != nil {
+			continue
+		}
+		g := goBench{pkg: pkg, name: procSuffix.ReplaceAllString(f[0], ""), n: n, metrics: map[string]float64{}}
+		for i := 2; i+1 < len(f); i += 2 {
+			if v, err := strconv.ParseFloat(f[i], 64); err == nil {
+				g.metrics[f[i+1]] = v
+			}
+		}
+		out = append(out, g)
+	}
+	return out, nil
+}
+
+func writeGoTable(b *bytes.Buffer, benches []goBench) {
+	b.WriteString("| package | benchmark | iterations | ns/op | B/op | allocs/op | other |\n|---|---|--:|--:|--:|--:|---|\n")
+	for _, g := range benches {
+		cell := func(unit string) string {
+			if v, ok := g.metrics[unit]; ok {
+				return strconv.FormatFloat(v, 'f', -1, 64)
+			}
+			return "-"
+		}
+		var other []string
+		for unit, v := range g.metrics {
+			if unit != "ns/op" && unit != "B/op" && unit != "allocs/op" {
+				other = append(other, thousands(v)+" "+unit)
+			}
+		}
+		slices.Sort(other)
+		pkg := g.pkg[strings.LastIndex(g.pkg, "replayguard/")+len("replayguard/"):]
+		fmt.Fprintf(b, "| %s | %s | %d | %s | %s | %s | %s |\n", pkg, g.name, g.n, cell("ns/op"), cell("B/op"), cell("allocs/op"), strings.Join(other, ", "))
+	}
+	b.WriteString("\n")
+}
+
+// redisBench is one result line of redis-benchmark -q, or a note line
+// ("# ...") that run.sh wrote between them.
+type redisBench struct {
+	name     string
+	rps, p50 float64
+	note     string
+}
+
+var redisLine = regexp.MustCompile(`^(.*?): ([0-9.]+) requests per second(?:, p50=([0-9.]+) msec)?`)
+
+func readRedisBench(path string) ([]redisBench, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var out []redisBench
+	// -q redraws its progress line with \r; the result ends the last redraw.
+	for _, line := range strings.FieldsFunc(string(data), func(r rune) bool { return r == '\n' || r == '\r' }) {
+		line = strings.TrimSpace(line)
+		if note, ok := strings.CutPrefix(line, "# "); ok {
+			out = append(out, redisBench{note: note})
+			continue
+		}
+		m := redisLine.FindStringSubmatch(line)
+		if m == nil {
+			continue
+		}
+		rps, _ := strconv.ParseFloat(m[2], 64)
+		p50, _ := strconv.ParseFloat(m[3], 64)
+		out = append(out, redisBench{name: m[1], rps: rps, p50: p50})
+	}
+	return out, nil
+}
+
+func writeRedisTable(b *bytes.Buffer, rb []redisBench) {
+	b.WriteString("| redis-benchmark command | requests/s | p50 ms |\n|---|--:|--:|\n")
+	var notes []string
+	for _, r := range rb {
+		if r.note != "" {
+			notes = append(notes, r.note)
+			continue
+		}
+		fmt.Fprintf(b, "| `%s` | %s | %.3f |\n", strings.ReplaceAll(r.name, "|", `\|`), thousands(r.rps), r.p50)
+	}
+	b.WriteString("\n")
+	for _, n := range notes {
+		fmt.Fprintf(b, "- %s\n", n)
+	}
+	if len(notes) > 0 {
+		b.WriteString("\n")
+	}
+}

@@ -1,0 +1,348 @@
+#!/usr/bin/env bash
+# Side-by-side benchmark of Replayguard against the baseline server, in one
+# run, on this machine. Run from anywhere as: bash test/load/run.sh
+#
+# It starts its own redis-server on a free loopback port (no persistence),
+# builds cmd/server, test/load/baseline and test/load, then:
+#   1. the Go benchmarks of token/, store/memory/ and store/redis/;
+#   2. redis-benchmark for the Redis operations behind issue and redeem;
+#   3. the load program against both servers: pairs for each, forged tokens
+#      against Replayguard, the 204 no-op route against the baseline; in
+#      ROUNDS rounds, each in the reverse order of the one before (ABCD
+#      DCBA), so that a drift in what else the machine is doing falls on
+#      both sides of every comparison alike; with VARIANTS=1 (default) a
+#      second Replayguard with per-request logging off runs pairs and
+#      forged in the same rounds;
+#   4. the report: tables and target pass/miss (load report).
+# Every process it starts is stopped by pid at exit, pass or fail. Traffic
+# goes to 127.0.0.1 only.
+#
+# Environment:
+#   DURATION=2.5s  length of each load run
+#   ROUNDS=4       rounds of the load runs (4 x 2.5s = 10s per mode)
+#   WORKERS=64     concurrent workers of each load run
+#   PROFILE=1      afterwards, perf-record each server during one more 5s
+#                  run of each of the four main load runs, print the top
+#                  symbols and the split of server CPU by category (load
+#                  perfsplit); the measured runs are never profiled
+#   KEEP=1         keep the work directory (logs, JSON lines, report)
+#   REV=<commit>   measure that commit (git archive) instead of the work
+#                  tree; test/load itself always comes from the work tree
+#   VARIANTS=0     skip the extra Replayguard instance with per-request
+#                  logging off (REPLAYGUARD_LOG_LEVEL=warn), label
+#                  replayguard-quiet, measured in the same rounds
+#   NICE=-10       priority of the run on a shared machine: the script
+#                  re-runs itself in a session of its own (setsid) and sets
+#                  that session's autogroup niceness (and each process's)
+#                  to NICE, so that other sessions' work disturbs the
+#                  figures less. The kernel's autogroups share CPU between
+#                  sessions regardless of plain nice values. NICE=0 turns
+#                  it off. Each load run reports the CPU other processes
+#                  still took.
+set -euo pipefail
+
+cd "$(dirname "${BASH_SOURCE[0]}")/../.."
+exec </dev/null
+
+NICE=${NICE:--10}
+if [[ "$NICE" != 0 && -z "${REPLAYGUARD_LOAD_SESSION:-}" ]] && command -v setsid >/dev/null 2>&1; then
+	REPLAYGUARD_LOAD_SESSION=1 setsid -w bash test/load/run.sh &
+	inner=$!
+	trap 'kill -TERM "$inner" 2>/dev/null' INT TERM
+	rc=0
+	wait "$inner" || rc=$?
+	# A signal interrupts the first wait: wait again for the cleanup.
+	while kill -0 "$inner" 2>/dev/null; do wait "$inner" || rc=$?; done
+	exit "$rc"
+fi
+if [[ -n "${REPLAYGUARD_LOAD_SESSION:-}" ]]; then
+	if ! echo "$NICE" 2>/dev/null >/proc/self/autogroup; then
+		echo "run.sh: cannot set this session's autogroup niceness to $NICE" >&2
+	fi
+fi
+
+DURATION=${DURATION:-2.5s}
+ROUNDS=${ROUNDS:-4}
+WORKERS=${WORKERS:-64}
+PROFILE=${PROFILE:-0}
+KEEP=${KEEP:-0}
+REV=${REV:-}
+VARIANTS=${VARIANTS:-1}
+
+section() { printf '\n== %s\n' "$*"; }
+die() { printf 'run.sh: FAIL: %s\n' "$*" >&2; exit 1; }
+
+if ! command -v go >/dev/null 2>&1; then
+	export PATH="/usr/local/go/bin:$PATH"
+fi
+for tool in go redis-server redis-cli redis-benchmark curl; do
+	command -v "$tool" >/dev/null 2>&1 || die "$tool not found (redis tools: apt-get install redis-server redis-tools)"
+done
+
+if [[ "$(nice -n "$NICE" nice 2>/dev/null)" != "$(($(nice) + NICE))" ]]; then
+	echo "run.sh: cannot run at niceness $NICE here; running at the default" >&2
+	NICE=0
+fi
+# N runs a command at the run's niceness. Background processes are started
+# as "nice -n "$NICE" cmd &" instead, so that $! is the process itself.
+N() { nice -n "$NICE" "$@"; }
+
+WORK=$(mktemp -d /tmp/replayguard-load-XXXXXX)
+PIDS=()
+cleanup() {
+	local rc=$? pid i
+	set +e
+	for pid in ${PIDS[@]+"${PIDS[@]}"}; do
+		kill "$pid" 2>/dev/null
+	done
+	for pid in ${PIDS[@]+"${PIDS[@]}"}; do
+		for ((i = 0; i < 100; i++)); do
+			kill -0 "$pid" 2>/dev/null || break
+			sleep 0.1
+		done
+		kill -0 "$pid" 2>/dev/null && kill -9 "$pid" 2>/dev/null
+		wait "$pid" 2>/dev/null
+	done
+	if [[ "$KEEP" == 1 ]]; then
+		echo "kept $WORK"
+	else
+		rm -rf "$WORK"
+	fi
+	exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+# free_port sets FREE_PORT to a loopback port that is free now and that it
+# has not handed out before.
+USED_PORTS=" "
+free_port() {
+	local p
+	for _ in $(seq 1 200); do
+		p=$((20000 + RANDOM % 25000))
+		[[ "$USED_PORTS" == *" $p "* ]] && continue
+		if (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
+			continue
+		fi
+		USED_PORTS+="$p "
+		FREE_PORT=$p
+		return 0
+	done
+	return 1
+}
+
+# wait_http URL METHOD WANT PID: wait up to 10s for URL to answer WANT.
+wait_http() {
+	local url=$1 method=$2 want=$3 pid=$4 got
+	for _ in $(seq 1 100); do
+		kill -0 "$pid" 2>/dev/null || return 1
+		got=$(curl -s -o /dev/null -w '%{http_code}' -X "$method" "$url" || true)
+		[[ "$got" == "$want" ]] && return 0
+		sleep 0.1
+	done
+	return 1
+}
+
+section machine
+echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+echo "nproc: $(nproc)"
+echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')"
+echo "memory: $(awk '/MemTotal/ {printf "%.1f GiB", $2/1048576}' /proc/meminfo)"
+echo "kernel: $(uname -r)"
+echo "go: $(go version)"
+echo "redis: $(redis-server --version)"
+if [[ -n "$REV" ]]; then
+	echo "source: commit $(git rev-parse --short "$REV^{commit}") ($REV, git archive; test/load from the work tree)"
+	SRC="$WORK/src"
+	mkdir -p "$SRC"
+	git archive "$REV" | tar -x -C "$SRC"
+	rm -rf "$SRC/test/load"
+	mkdir -p "$SRC/test"
+	cp -r test/load "$SRC/test/load"
+	cd "$SRC"
+else
+	echo "source: work tree at $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git status --porcelain 2>/dev/null | grep -q . && echo ', with uncommitted changes')"
+fi
+echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "load: $ROUNDS rounds of $DURATION per mode, $WORKERS workers"
+echo "priority: niceness $NICE; autogroup: $(cat /proc/self/autogroup 2>/dev/null || echo none)"
+
+section build
+go build -o "$WORK/server" ./cmd/server
+go build -o "$WORK/baseline" ./test/load/baseline
+go build -o "$WORK/load" ./test/load
+echo ok
+
+section redis
+free_port || die "no free port"
+REDIS_PORT=$FREE_PORT
+mkdir -p "$WORK/redis"
+nice -n "$NICE" redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --daemonize no \
+	--save '' --appendonly no --dir "$WORK/redis" >"$WORK/redis.log" 2>&1 &
+REDIS_PID=$!
+PIDS+=("$REDIS_PID")
+for _ in $(seq 1 100); do
+	[[ "$(redis-cli -p "$REDIS_PORT" ping 2>/dev/null)" == PONG ]] && break
+	kill -0 "$REDIS_PID" 2>/dev/null || die "redis-server exited: $(tail -5 "$WORK/redis.log")"
+	sleep 0.1
+done
+[[ "$(redis-cli -p "$REDIS_PORT" ping 2>/dev/null)" == PONG ]] || die "redis-server did not answer"
+echo "redis-server on 127.0.0.1:$REDIS_PORT (pid $REDIS_PID): --save '' --appendonly no"
+rcli() { redis-cli -h 127.0.0.1 -p "$REDIS_PORT" "$@"; }
+
+section "go benchmarks"
+# Benchmarks that can use a Redis (token's BenchmarkStores, store/redis)
+# use the run's own, database 2.
+export REPLAYGUARD_TEST_REDIS_URL="redis://127.0.0.1:$REDIS_PORT/2"
+echo "REPLAYGUARD_TEST_REDIS_URL=$REPLAYGUARD_TEST_REDIS_URL"
+echo '$ go test -run XXX -bench . ./token/ ./store/memory/'
+N go test -run XXX -bench . ./token/ ./store/memory/ | tee "$WORK/gobench.txt"
+echo '$ go test -run XXX -bench BenchmarkRedeemParallel ./store/memory/'
+N go test -run XXX -bench BenchmarkRedeemParallel ./store/memory/ | tee "$WORK/gobench-mem.txt"
+GOBENCH="$WORK/gobench.txt,$WORK/gobench-mem.txt"
+if grep -qs '^func Benchmark' store/redis/*_test.go; then
+	echo '$ go test -run XXX -bench . ./store/redis/'
+	N go test -run XXX -bench . ./store/redis/ | tee "$WORK/gobench-redis.txt"
+	GOBENCH+=",$WORK/gobench-redis.txt"
+else
+	echo "store/redis has no benchmarks"
+fi
+unset REPLAYGUARD_TEST_REDIS_URL
+rcli flushall >/dev/null
+
+section redis-benchmark
+RB="$WORK/redisbench.txt"
+rb() { N redis-benchmark -h 127.0.0.1 -p "$REDIS_PORT" "$@" | tr '\r' '\n' | grep 'requests per second' | tee -a "$RB"; }
+rb -n 200000 -q -t set,get
+rb -n 200000 -r 100000 -q SET 'rb:{__rand_int__}' x NX EX 300
+before=$(rcli dbsize)
+rb -n 200000 -r 100000 -q GETDEL 'rb:{__rand_int__}'
+after=$(rcli dbsize)
+echo "# GETDEL: $((before - after)) of 200000 calls found and deleted a key ($before keys before), the rest missed" | tee -a "$RB"
+rcli flushall >/dev/null
+rb -n 200000 -r 100000 -q SET 'rb:{__rand_int__}' x NX EX 300 >/dev/null
+SHA=$(rcli script load "$(cat store/redis/redeem.lua)")
+before=$(rcli dbsize)
+rb -n 200000 -r 100000 -q EVALSHA "$SHA" 1 'rb:{__rand_int__}' x x
+after=$(rcli dbsize)
+echo "# EVALSHA runs store/redis/redeem.lua (sha $SHA): $((before - after)) of 200000 calls redeemed a key ($before keys before), the rest found none" | tee -a "$RB"
+echo "# redis-benchmark: 50 clients, no pipelining; -r 100000 random keys" | tee -a "$RB"
+rcli flushall >/dev/null
+
+section servers
+free_port || die "no free port"
+RG_PORT=$FREE_PORT
+free_port || die "no free port"
+BL_PORT=$FREE_PORT
+# A fixed 33-byte test key; never use it anywhere else.
+SIGNING_KEYS="load:$(printf 'replayguard-load-test-signing-key' | base64 -w0)"
+nice -n "$NICE" env -i PATH="$PATH" HOME="${HOME:-/root}" \
+	REPLAYGUARD_ADDR="127.0.0.1:$RG_PORT" \
+	REPLAYGUARD_ISSUE_RATE=0 \
+	REPLAYGUARD_REDIS_URL="redis://127.0.0.1:$REDIS_PORT/0" \
+	REPLAYGUARD_SIGNING_KEYS="$SIGNING_KEYS" \
+	REPLAYGUARD_MACHINE_ID=1 \
+	"$WORK/server" >"$WORK/server.log" 2>&1 &
+RG_PID=$!
+PIDS+=("$RG_PID")
+nice -n "$NICE" "$WORK/baseline" -addr "127.0.0.1:$BL_PORT" -redis "redis://127.0.0.1:$REDIS_PORT/1" >"$WORK/baseline.log" 2>&1 &
+BL_PID=$!
+PIDS+=("$BL_PID")
+wait_http "http://127.0.0.1:$RG_PORT/readyz" GET 200 "$RG_PID" || die "replayguard did not get ready: $(tail -5 "$WORK/server.log")"
+wait_http "http://127.0.0.1:$BL_PORT/noop" POST 204 "$BL_PID" || die "baseline did not start: $(tail -5 "$WORK/baseline.log")"
+echo "replayguard on 127.0.0.1:$RG_PORT (pid $RG_PID): REPLAYGUARD_ISSUE_RATE=0, no API keys, Redis db 0, REPLAYGUARD_MACHINE_ID=1, logs to a file"
+echo "baseline    on 127.0.0.1:$BL_PORT (pid $BL_PID): Redis db 1"
+PLAN=(
+	"replayguard pairs $RG_PORT $RG_PID"
+	"baseline pairs $BL_PORT $BL_PID"
+	"replayguard forged $RG_PORT $RG_PID"
+	"baseline noop $BL_PORT $BL_PID"
+)
+if [[ "$VARIANTS" == 1 ]]; then
+	# The same server with its per-request log lines dropped (they are at
+	# level info): what request logging costs. Its own machine ID and key
+	# prefix, though it never runs at the same time as the other.
+	free_port || die "no free port"
+	RQ_PORT=$FREE_PORT
+	nice -n "$NICE" env -i PATH="$PATH" HOME="${HOME:-/root}" \
+		REPLAYGUARD_ADDR="127.0.0.1:$RQ_PORT" \
+		REPLAYGUARD_ISSUE_RATE=0 \
+		REPLAYGUARD_REDIS_URL="redis://127.0.0.1:$REDIS_PORT/0" \
+		REPLAYGUARD_KEY_PREFIX="rgq:" \
+		REPLAYGUARD_SIGNING_KEYS="$SIGNING_KEYS" \
+		REPLAYGUARD_MACHINE_ID=2 \
+		REPLAYGUARD_LOG_LEVEL=warn \
+		"$WORK/server" >"$WORK/server-quiet.log" 2>&1 &
+	RQ_PID=$!
+	PIDS+=("$RQ_PID")
+	wait_http "http://127.0.0.1:$RQ_PORT/readyz" GET 200 "$RQ_PID" || die "replayguard-quiet did not get ready: $(tail -5 "$WORK/server-quiet.log")"
+	echo "replayguard-quiet on 127.0.0.1:$RQ_PORT (pid $RQ_PID): the same with REPLAYGUARD_LOG_LEVEL=warn, REPLAYGUARD_MACHINE_ID=2, key prefix rgq:"
+	PLAN+=(
+		"replayguard-quiet pairs $RQ_PORT $RQ_PID"
+		"replayguard-quiet forged $RQ_PORT $RQ_PID"
+	)
+fi
+
+section load
+RUNS="$WORK/runs.jsonl"
+UNCLEAN=0
+load() {
+	local label=$1 mode=$2 port=$3 pid=$4
+	echo "\$ load -url http://127.0.0.1:$port -label $label -mode $mode -workers $WORKERS -duration $DURATION"
+	N "$WORK/load" -url "http://127.0.0.1:$port" -label "$label" -mode "$mode" \
+		-workers "$WORKERS" -duration "$DURATION" \
+		-watch "server:$pid,redis:$REDIS_PID" -json "$RUNS" || UNCLEAN=$((UNCLEAN + 1))
+	echo
+}
+for ((round = 1; round <= ROUNDS; round++)); do
+	echo "-- round $round of $ROUNDS"
+	order=()
+	for ((i = 0; i < ${#PLAN[@]}; i++)); do
+		if ((round % 2 == 1)); then
+			order+=("$i")
+		else
+			order+=("$((${#PLAN[@]} - 1 - i))")
+		fi
+	done
+	for i in "${order[@]}"; do
+		# shellcheck disable=SC2086 # the plan's fields are words
+		load ${PLAN[$i]}
+	done
+done
+echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "replayguard log: $(wc -l <"$WORK/server.log") lines, $(grep -c '"level":"ERROR"' "$WORK/server.log" || true) at level ERROR"
+
+section report
+"$WORK/load" report -runs "$RUNS" -gobench "$GOBENCH" -redisbench "$RB" | tee "$WORK/report.md"
+
+if [[ "$PROFILE" == 1 ]]; then
+	section "profile (perf; separate runs, not part of the figures above)"
+	command -v perf >/dev/null 2>&1 || die "perf not found (apt-get install linux-perf)"
+	PRUNS="$WORK/profile-runs.jsonl"
+	SPLIT=()
+	for i in 0 1 2 3; do
+		# shellcheck disable=SC2086 # the plan's fields are words
+		set -- ${PLAN[$i]}
+		label=$1 mode=$2 port=$3 pid=$4
+		perf record -F 999 -g -p "$pid" -o "$WORK/perf-$label-$mode.data" -- sleep 5 >"$WORK/perf-$label-$mode.log" 2>&1 &
+		PERF_PID=$!
+		PIDS+=("$PERF_PID")
+		N "$WORK/load" -url "http://127.0.0.1:$port" -label "$label" -mode "$mode" \
+			-workers "$WORKERS" -duration 5s -watch "server:$pid,redis:$REDIS_PID" -json "$PRUNS" >/dev/null || true
+		wait "$PERF_PID" || true
+		perf script -i "$WORK/perf-$label-$mode.data" >"$WORK/perf-$label-$mode.txt" 2>/dev/null
+		SPLIT+=("$label:$mode=$WORK/perf-$label-$mode.txt")
+		echo "--- $label $mode: top symbols by inclusive share of server CPU"
+		perf report -i "$WORK/perf-$label-$mode.data" --children --sort symbol --stdio -g none 2>/dev/null |
+			grep '%' | grep -v '\[k\]' | sed -E 's/ +- +- *$//; s/ +$//' | head -40 || true
+	done
+	# Shares come from the profiles; µs from the measured (unprofiled) runs'
+	# server CPU per success, since perf itself slows the servers down.
+	echo "--- server CPU by category (load perfsplit: shares from perf, µs from the measured runs)"
+	"$WORK/load" perfsplit -runs "$RUNS" "${SPLIT[@]}"
+fi
+
+if ((UNCLEAN > 0)); then
+	die "$UNCLEAN load run(s) saw 5xx, transport errors or unexpected answers"
+fi
