@@ -17,6 +17,7 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/replayguard/replayguard/metrics"
+	"github.com/replayguard/replayguard/replay"
 	"github.com/replayguard/replayguard/store"
 	"github.com/replayguard/replayguard/token"
 	"github.com/replayguard/replayguard/web/sdk"
@@ -38,14 +39,15 @@ var DefaultIssueRate = store.Limit{Rate: 120, Burst: 120, Period: time.Minute}
 
 // API serves the token endpoints. Create it with New.
 type API struct {
-	tokens  *token.Service
-	limiter store.Limiter
-	rate    store.Limit
-	apiKeys [][sha256.Size]byte
-	origins map[string]bool
-	metrics *metrics.Metrics
-	log     *slog.Logger
-	timeout time.Duration
+	tokens   *token.Service
+	limiter  store.Limiter
+	rate     store.Limit
+	apiKeys  [][sha256.Size]byte
+	origins  map[string]bool
+	metrics  *metrics.Metrics
+	log      *slog.Logger
+	timeout  time.Duration
+	verifier *replay.Verifier
 }
 
 // Option configures an API.
@@ -103,6 +105,12 @@ func WithLogger(l *slog.Logger) Option {
 	}
 }
 
+// WithVerifier serves POST /v1/signatures/verify, which checks a signed
+// request (RFC 9421) that a backend in another language received, with v.
+// Like redeem, it requires Authorization: Bearer <key> when WithAPIKeys is
+// set. Defaults to nil: the route answers 404 not_found.
+func WithVerifier(v *replay.Verifier) Option { return func(a *API) { a.verifier = v } }
+
 // WithReadyTimeout bounds the store ping behind GET /readyz. Defaults to
 // one second.
 func WithReadyTimeout(d time.Duration) Option {
@@ -137,12 +145,14 @@ func Mount(r gin.IRoutes, tokens *token.Service, opts ...Option) *API {
 }
 
 // Register adds POST /v1/tokens, POST /v1/tokens/redeem, the CORS
-// preflight for the former, and the browser SDK (GET /sdk/replayguard.js,
+// preflight for the former, POST /v1/signatures/verify (404 without
+// WithVerifier), and the browser SDK (GET /sdk/replayguard.js,
 // /sdk/replayguard.mjs and /sdk/replayguard.js.sri) to r.
 func (a *API) Register(r gin.IRoutes) {
 	r.POST("/v1/tokens", a.cors, a.issue)
 	r.OPTIONS("/v1/tokens", a.preflight)
 	r.POST("/v1/tokens/redeem", a.redeem)
+	r.POST("/v1/signatures/verify", a.verifySignature)
 	files := gin.WrapH(sdk.Handler())
 	for _, p := range []string{sdk.ScriptPath, sdk.ModulePath, sdk.SRIPath} {
 		r.GET(p, files)

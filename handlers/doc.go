@@ -1,6 +1,8 @@
 // Package handlers puts Replayguard's single-use tokens on HTTP: the token
-// API (issue and redeem), the standalone server's engine, and a Guard
-// middleware that protects an application's own routes.
+// API (issue and redeem), the standalone server's engine, a Guard
+// middleware that protects an application's own routes, and a
+// SignatureGuard middleware for signed requests (RFC 9421, see package
+// replay).
 //
 // # Token API
 //
@@ -12,6 +14,8 @@
 //	POST /v1/tokens/redeem  redeem: Idempotency-Token header or JSON {"token","purpose","subject"};
 //	                        200 {"status":"redeemed","id","purpose","subject"} once, then 409
 //	OPTIONS /v1/tokens      CORS preflight for the origins given to WithCORSOrigins
+//	POST /v1/signatures/verify  with WithVerifier: JSON {"method","url","headers","body"};
+//	                        200 {"status":"verified","keyid","created","nonce"} once per nonce
 //
 // Engine wraps the API in a complete Gin engine with GET /healthz,
 // GET /readyz, GET /metrics, request IDs, JSON request logs and panic
@@ -30,6 +34,16 @@
 // WithErrorHandler and FailureReason let an HTML app render its own page
 // for a refused request.
 //
+// # SignatureGuard
+//
+// A SignatureGuard verifies a signed request (HTTP Message Signatures,
+// RFC 9421, with a time window and a nonce store) before the protected
+// handler runs: RequireSignature (Gin) and RequireSignatureHandler
+// (net/http) both call Verify. The body is read, at most
+// replay.MaxBodyBytes, to check its Content-Digest and handed on intact;
+// the verified key ID is available through SignatureFrom. WithScheme and
+// WithAuthority fix the target URI behind a proxy.
+//
 // # Errors
 //
 // Every refusal is an RFC 9457 application/problem+json answer with a
@@ -41,6 +55,10 @@
 //	401 unauthorized         REPLAYGUARD_API_KEYS is set and the Bearer key is missing or wrong
 //	401 token_invalid        malformed, forged, unknown kid, not HS256
 //	401 token_expired        exp has passed
+//	401 signature_missing    no Signature-Input or Signature
+//	401 signature_invalid    bad syntax, unknown key or alg, wrong signature, missing component, digest mismatch
+//	401 signature_expired    created outside the window; the problem carries server_time
+//	401 replayed_request     this key ID and nonce were seen before
 //	403 subject_not_allowed  a subject was asked for without a valid API key
 //	403 purpose_mismatch     issued for another purpose (the token stays valid)
 //	403 subject_mismatch     bound to another subject (the token stays valid)
@@ -48,7 +66,7 @@
 //	404 not_found            no such route
 //	405 method_not_allowed   the route exists for other methods
 //	409 token_used           already redeemed
-//	413 payload_too_large    body over MaxBodyBytes (64 KiB)
+//	413 payload_too_large    body over MaxBodyBytes (64 KiB; replay.MaxBodyBytes for SignatureGuard)
 //	429 rate_limited         over the per-IP issue rate; Retry-After says when to retry
 //	503 store_full           the bounded memory store is full
 //	503 store_unavailable    the store did not confirm: nothing was done

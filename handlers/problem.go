@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/replayguard/replayguard/replay"
 	"github.com/replayguard/replayguard/token"
 )
 
@@ -47,6 +48,9 @@ type Problem struct {
 	Code string `json:"code"`
 	// RequestID is the request's X-Request-ID, when there is one.
 	RequestID string `json:"request_id,omitempty"`
+	// ServerTime is the server's clock reading (RFC 3339, UTC) on
+	// signature_expired, so a client can see its clock skew.
+	ServerTime string `json:"server_time,omitempty"`
 }
 
 type problemSpec struct {
@@ -67,6 +71,10 @@ var problems = []problemSpec{
 	{ErrUnauthorized, http.StatusUnauthorized, "unauthorized", "Missing or invalid API key", "Send Authorization: Bearer <API key>."},
 	{token.ErrInvalid, http.StatusUnauthorized, "token_invalid", "Invalid token", "The token is malformed, forged, or signed with a key this server does not know. Fetch a new token."},
 	{token.ErrExpired, http.StatusUnauthorized, "token_expired", "Token expired", "The token has expired. Fetch a new token."},
+	{replay.ErrMissing, http.StatusUnauthorized, "signature_missing", "Signature missing", "Sign the request with HTTP Message Signatures (RFC 9421): send Signature-Input and Signature."},
+	{replay.ErrInvalid, http.StatusUnauthorized, "signature_invalid", "Invalid signature", "The signature is malformed, made with an unknown key or algorithm, does not match the request, or lacks a required component or parameter."},
+	{replay.ErrExpired, http.StatusUnauthorized, "signature_expired", "Signature expired", "The signature's created time is outside the server's window; server_time is the server's clock. Sign again with a correct clock."},
+	{replay.ErrReplayed, http.StatusUnauthorized, "replayed_request", "Replayed request", "This key ID and nonce were used before. Sign every request with a fresh nonce."},
 	{ErrSubjectNotAllowed, http.StatusForbidden, "subject_not_allowed", "Subject requires an API key", "Present a valid API key to bind a token to a subject."},
 	{token.ErrPurposeMismatch, http.StatusForbidden, "purpose_mismatch", "Token issued for another purpose", "The token was issued for another purpose; it stays valid for that one."},
 	{token.ErrSubjectMismatch, http.StatusForbidden, "subject_mismatch", "Token bound to another subject", "The token is bound to another subject; it stays valid for that one."},
@@ -78,6 +86,7 @@ var problems = []problemSpec{
 	{ErrRateLimited, http.StatusTooManyRequests, "rate_limited", "Too many requests", "Too many tokens for this client; retry after Retry-After seconds."},
 	{token.ErrStoreFull, http.StatusServiceUnavailable, "store_full", "Token store full", "The token store holds as many live tokens as it may. Retry later."},
 	{token.ErrUnavailable, http.StatusServiceUnavailable, "store_unavailable", "Store unavailable", "The store did not confirm the operation; nothing was done. Retry later."},
+	{replay.ErrUnavailable, http.StatusServiceUnavailable, "store_unavailable", "Store unavailable", "The store did not record the signature's nonce; the request was refused. Retry later."},
 }
 
 var internalProblem = problemSpec{ErrInternal, http.StatusInternalServerError, "internal_error", "Internal error", "An unexpected error occurred; nothing was done."}
@@ -97,6 +106,9 @@ func specFor(err error) problemSpec {
 // code's fixed text; a 5xx problem's detail is always fixed, so store
 // addresses and internal errors never reach clients, and so is
 // token_invalid's, since naming the failed check would help a forger.
+// signature_expired carries ServerTime, the server's clock reading from
+// the *replay.ExpiredError (or now, when the error has none), and the
+// error's reason as its detail.
 func ProblemFor(err error) Problem {
 	p := specFor(err)
 	pr := Problem{Type: ProblemTypePrefix + p.code, Title: p.title, Status: p.status, Code: p.code, Detail: p.detail}
@@ -104,6 +116,19 @@ func ProblemFor(err error) Problem {
 		if d := strings.TrimPrefix(err.Error(), p.err.Error()+": "); d != err.Error() {
 			pr.Detail = d
 		}
+	}
+	if p.err == replay.ErrExpired {
+		now := time.Now()
+		var ee *replay.ExpiredError
+		if errors.As(err, &ee) {
+			if !ee.ServerTime.IsZero() {
+				now = ee.ServerTime
+			}
+			if ee.Reason != "" {
+				pr.Detail = strings.TrimPrefix(ee.Reason, replay.ErrExpired.Error()+": ")
+			}
+		}
+		pr.ServerTime = now.UTC().Format(time.RFC3339)
 	}
 	return pr
 }
@@ -117,8 +142,9 @@ type retryAfterError struct {
 func (e retryAfterError) Unwrap() error { return e.error }
 
 // WriteProblem answers w with the problem for err as
-// application/problem+json. It sets Retry-After when err carries one and
-// WWW-Authenticate on 401 unauthorized.
+// application/problem+json. It sets Retry-After when err carries one,
+// WWW-Authenticate: Bearer on 401 unauthorized and WWW-Authenticate:
+// Signature on the signature 401s.
 func WriteProblem(w http.ResponseWriter, r *http.Request, err error) {
 	p := ProblemFor(err)
 	p.RequestID = w.Header().Get(RequestIDHeader)
@@ -133,9 +159,17 @@ func WriteProblem(w http.ResponseWriter, r *http.Request, err error) {
 	case p.Status == http.StatusServiceUnavailable:
 		h.Set("Retry-After", "1")
 	}
-	if p.Code == "unauthorized" {
+	switch {
+	case p.Code == "unauthorized":
 		h.Set("WWW-Authenticate", `Bearer realm="replayguard"`)
+	case signatureCodes[p.Code]:
+		h.Set("WWW-Authenticate", `Signature realm="replayguard"`)
 	}
 	w.WriteHeader(p.Status)
 	_ = json.NewEncoder(w).Encode(p)
+}
+
+// signatureCodes are the 401 problems of replay's refusals.
+var signatureCodes = map[string]bool{
+	"signature_missing": true, "signature_invalid": true, "signature_expired": true, "replayed_request": true,
 }

@@ -21,6 +21,7 @@ type Metrics struct {
 
 	issued      prometheus.Counter
 	redemptions *prometheus.CounterVec
+	signatures  *prometheus.CounterVec
 	storeDur    *prometheus.HistogramVec
 	storeErrs   *prometheus.CounterVec
 }
@@ -39,6 +40,10 @@ func New() *Metrics {
 			Name: "replayguard_redemptions_total",
 			Help: "Token redemption attempts by outcome (the problem code, or redeemed).",
 		}, []string{"outcome"}),
+		signatures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "replayguard_signature_verifications_total",
+			Help: "Signed-request verifications by outcome (the problem code, or verified).",
+		}, []string{"outcome"}),
 		storeDur: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "replayguard_store_duration_seconds",
 			Help:    "Duration of store calls by operation.",
@@ -49,7 +54,7 @@ func New() *Metrics {
 			Help: "Store calls that failed (the outcome is unknown; the request was refused).",
 		}, []string{"op"}),
 	}
-	reg.MustRegister(m.issued, m.redemptions, m.storeDur, m.storeErrs,
+	reg.MustRegister(m.issued, m.redemptions, m.signatures, m.storeDur, m.storeErrs,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
@@ -66,6 +71,14 @@ func (m *Metrics) Issued() {
 func (m *Metrics) Redemption(outcome string) {
 	if m != nil {
 		m.redemptions.WithLabelValues(outcome).Inc()
+	}
+}
+
+// SignatureVerification counts one signed-request verification with its
+// outcome: "verified" or the problem code.
+func (m *Metrics) SignatureVerification(outcome string) {
+	if m != nil {
+		m.signatures.WithLabelValues(outcome).Inc()
 	}
 }
 

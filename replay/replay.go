@@ -2,17 +2,28 @@
 // window and a nonce store, so a signed request is accepted once, only
 // inside its window, and only when a known client signed it.
 //
-// SKELETON: the API below is fixed (handlers, cmd/server and the signers
-// are written against it); bodies marked TODO are being implemented.
+// A request carries Signature-Input and Signature fields. Verify picks
+// one signature (see Verify), looks its keyid up in a KeySource and
+// checks, in this order: the parameters and covered components the
+// policy requires, the Content-Digest against the body received, the
+// signature itself with the key's own algorithm, the window, and finally
+// records the nonce, scoped by key ID, with set-if-absent in a
+// store.Store. SignatureBase and ContentDigest are exported for signers.
 package replay
 
 import (
 	"context"
 	"crypto/ed25519"
+	"crypto/hmac"
+	"crypto/sha256"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/url"
+	"strings"
 	"time"
+
+	"github.com/dunglas/httpsfv"
 
 	"github.com/replayguard/replayguard/store"
 )
@@ -95,7 +106,10 @@ func (k Key) String() string { return "Key(" + k.ID + ", " + k.Alg + ")" }
 type Message struct {
 	// Method is the request method, e.g. "POST".
 	Method string
-	// URL is the full target URI; URL.Host is the authority.
+	// URL is the full target URI; URL.Host is the authority and
+	// URL.Scheme the scheme (both needed for @authority, @scheme and
+	// @target-uri). A server fills them in: an incoming request's URL
+	// has neither.
 	URL *url.URL
 	// Header holds the request's headers (Signature-Input and Signature
 	// among them).
@@ -114,7 +128,7 @@ type Result struct {
 	Created time.Time
 	// Nonce is the signature's nonce parameter.
 	Nonce string
-	// Label names the signature in Signature-Input (e.g. "sig1").
+	// Name is the signature's label in Signature-Input (e.g. "sig1").
 	Name string
 }
 
@@ -185,12 +199,323 @@ func NewVerifier(keys KeySource, st store.Store, opts ...Option) *Verifier {
 	return v
 }
 
-// Verify checks m's signature: syntax, key and algorithm, covered
-// components, content digest against m.Body, window, and finally records
-// the nonce (scoped per key ID) with set-if-absent. The nonce is recorded
-// only after every other check passed, so a forgery cannot burn a real
-// client's nonce.
+// Verify checks m's signature and, when it is good, records its nonce.
+// It returns the Result, or an error wrapping exactly one of ErrMissing,
+// ErrInvalid, ErrExpired (as an *ExpiredError), ErrReplayed or
+// ErrUnavailable. It never panics, whatever m holds.
+//
+// Which signature: Signature-Input may list several (an intermediary can
+// add its own). Verify checks exactly one, the first member of
+// Signature-Input, in field order, whose keyid names a key of the
+// KeySource, and ignores the others; when no member does, the request is
+// ErrInvalid (unknown key). Either field over 8 KiB is ErrInvalid.
+//
+// The checks, in order:
+//   - Signature-Input or Signature absent (or blank): ErrMissing;
+//   - either not a structured-field dictionary, no member with a known
+//     keyid, a parameter of the wrong type, an alg parameter other than
+//     the key's algorithm (RFC 9421 §3.2), created or nonce missing, a
+//     nonce over MaxNonceLen bytes, a required component not covered
+//     (DefaultRequired, WithRequired, and content-digest when m.Body is
+//     not empty), a covered Content-Digest that matches no sha-256 or
+//     sha-512 digest of m.Body, a covered component m lacks or that is
+//     not supported (see SignatureBase), a wrong signature: ErrInvalid;
+//   - |now − created| over the window (now truncated to the second),
+//     expires at or before now, or created before WithNotBefore:
+//     ErrExpired;
+//   - the nonce already recorded for this key ID: ErrReplayed; the
+//     store failing: ErrUnavailable.
+//
+// The nonce is recorded only after every other check passed, so a
+// forgery cannot burn a real client's nonce. It is kept until created +
+// window + 1s: the last moment the window check could accept the
+// signature again (created + window, checked against now truncated to
+// the second, so up to a second more). This assumes the servers sharing
+// a store have synchronised clocks.
 func (v *Verifier) Verify(ctx context.Context, m Message) (Result, error) {
-	// TODO
-	return Result{}, ErrInvalid
+	inputVals := headerValues(m.Header, "Signature-Input")
+	sigVals := headerValues(m.Header, "Signature")
+	if blank(inputVals) || blank(sigVals) {
+		return Result{}, ErrMissing
+	}
+	if fieldLen(inputVals) > maxFieldBytes || fieldLen(sigVals) > maxFieldBytes {
+		return Result{}, invalid("Signature-Input or Signature is over %d bytes", maxFieldBytes)
+	}
+	inputs, err := httpsfv.UnmarshalDictionary(inputVals)
+	if err != nil {
+		return Result{}, invalid("Signature-Input is not a structured-field dictionary")
+	}
+	sigs, err := httpsfv.UnmarshalDictionary(sigVals)
+	if err != nil {
+		return Result{}, invalid("Signature is not a structured-field dictionary")
+	}
+
+	name, input, key, err := v.choose(inputs)
+	if err != nil {
+		return Result{}, err
+	}
+	p, err := parseSigParams(input.Params)
+	if err != nil {
+		return Result{}, invalid("%s: %v", name, err)
+	}
+	if p.hasAlg && p.alg != key.Alg {
+		return Result{}, invalid("%s: alg %q is not the algorithm of key %q", name, clip(p.alg), clip(key.ID))
+	}
+	if !v.unsafe {
+		if !p.hasCreated {
+			return Result{}, invalid("%s: no created parameter", name)
+		}
+		if !p.hasNonce {
+			return Result{}, invalid("%s: no nonce parameter", name)
+		}
+	}
+	sigMember, ok := sigs.Get(name)
+	if !ok {
+		return Result{}, invalid("Signature has no member %s", name)
+	}
+	sigItem, ok := sigMember.(httpsfv.Item)
+	if !ok {
+		return Result{}, invalid("Signature %s is not a byte sequence", name)
+	}
+	sig, ok := sigItem.Value.([]byte)
+	if !ok {
+		return Result{}, invalid("Signature %s is not a byte sequence", name)
+	}
+
+	covered := make(map[string]bool, len(input.Items))
+	for _, it := range input.Items {
+		if s, ok := it.Value.(string); ok {
+			covered[s] = true
+		}
+	}
+	if !v.unsafe {
+		for _, r := range DefaultRequired {
+			if !covers(covered, r) {
+				return Result{}, invalid("%s does not cover %s", name, r)
+			}
+		}
+		for _, r := range v.required {
+			if !covers(covered, strings.ToLower(r)) {
+				return Result{}, invalid("%s does not cover %s", name, clip(r))
+			}
+		}
+		if len(m.Body) > 0 && !covered[compContentDigest] {
+			return Result{}, invalid("%s does not cover content-digest and the request has a body", name)
+		}
+	}
+	if covered[compContentDigest] {
+		if err := checkContentDigest(headerValues(m.Header, compContentDigest), m.Body); err != nil {
+			return Result{}, invalid("%v", err)
+		}
+	}
+
+	base, err := SignatureBase(m, name, input)
+	if err != nil {
+		return Result{}, fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	if err := checkSignature(key, []byte(base), sig); err != nil {
+		return Result{}, invalid("%s: %v", name, err)
+	}
+
+	res := Result{KeyID: key.ID, Label: key.Label, Nonce: p.nonce, Name: name}
+	if p.hasCreated {
+		res.Created = time.Unix(p.created, 0)
+	}
+	if v.unsafe {
+		return res, nil
+	}
+
+	now := v.now()
+	if err := v.checkWindow(now, p); err != nil {
+		return Result{}, err
+	}
+	if v.store == nil {
+		return Result{}, fmt.Errorf("%w: no store", ErrUnavailable)
+	}
+	expiresAt := res.Created.Add(v.window + time.Second)
+	fresh, err := v.store.PutNonce(ctx, key.ID, p.nonce, expiresAt)
+	if err != nil {
+		return Result{}, fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	if !fresh {
+		return Result{}, ErrReplayed
+	}
+	return res, nil
+}
+
+// choose returns the first member of inputs whose keyid names a known key.
+func (v *Verifier) choose(inputs *httpsfv.Dictionary) (string, httpsfv.InnerList, Key, error) {
+	names := inputs.Names()
+	if len(names) == 0 {
+		return "", httpsfv.InnerList{}, Key{}, invalid("Signature-Input is empty")
+	}
+	sawKeyID := false
+	for _, name := range names {
+		mem, _ := inputs.Get(name)
+		il, ok := mem.(httpsfv.InnerList)
+		if !ok || il.Params == nil {
+			continue
+		}
+		raw, ok := il.Params.Get("keyid")
+		if !ok {
+			continue
+		}
+		id, ok := raw.(string)
+		if !ok {
+			continue
+		}
+		sawKeyID = true
+		if v.keys == nil {
+			continue
+		}
+		if key, ok := v.keys.Lookup(id); ok {
+			return name, il, key, nil
+		}
+	}
+	if sawKeyID {
+		return "", httpsfv.InnerList{}, Key{}, invalid("unknown keyid")
+	}
+	return "", httpsfv.InnerList{}, Key{}, invalid("no signature in Signature-Input has a keyid")
+}
+
+// sigParams are the signature parameters Verify uses (RFC 9421 §2.3).
+type sigParams struct {
+	created, expires       int64
+	hasCreated, hasExpires bool
+	nonce, alg             string
+	hasNonce, hasAlg       bool
+}
+
+// parseSigParams checks the types of the known signature parameters and
+// the nonce's length. Unknown parameters are allowed; they are signed.
+func parseSigParams(ps *httpsfv.Params) (sigParams, error) {
+	var p sigParams
+	if ps == nil {
+		return p, nil
+	}
+	for _, k := range ps.Names() {
+		raw, _ := ps.Get(k)
+		var ok bool
+		switch k {
+		case "created":
+			p.created, ok = raw.(int64)
+			p.hasCreated = true
+		case "expires":
+			p.expires, ok = raw.(int64)
+			p.hasExpires = true
+		case "nonce":
+			p.nonce, ok = raw.(string)
+			p.hasNonce = true
+			if ok && (p.nonce == "" || len(p.nonce) > MaxNonceLen) {
+				return p, fmt.Errorf("nonce must be 1 to %d bytes", MaxNonceLen)
+			}
+		case "alg":
+			p.alg, ok = raw.(string)
+			p.hasAlg = true
+		case "keyid", "tag":
+			_, ok = raw.(string)
+		default:
+			ok = true
+		}
+		if !ok {
+			if k == "created" || k == "expires" {
+				return p, fmt.Errorf("%s must be an integer", k)
+			}
+			return p, fmt.Errorf("%s must be a string", k)
+		}
+	}
+	return p, nil
+}
+
+// covers reports whether the covered components satisfy the requirement
+// r: r itself, or @target-uri for @query.
+func covers(covered map[string]bool, r string) bool {
+	return covered[r] || (r == compQuery && covered[compTargetURI])
+}
+
+// checkSignature verifies sig over base with key's own algorithm.
+func checkSignature(key Key, base, sig []byte) error {
+	switch key.Alg {
+	case AlgHMACSHA256:
+		if len(key.Secret) == 0 {
+			return errors.New("the key has no secret")
+		}
+		mac := hmac.New(sha256.New, key.Secret)
+		mac.Write(base)
+		if !hmac.Equal(mac.Sum(nil), sig) {
+			return errors.New("wrong signature")
+		}
+		return nil
+	case AlgEd25519:
+		if len(key.PublicKey) != ed25519.PublicKeySize {
+			return errors.New("the key has no valid public key")
+		}
+		if len(sig) != ed25519.SignatureSize || !ed25519.Verify(key.PublicKey, base, sig) {
+			return errors.New("wrong signature")
+		}
+		return nil
+	}
+	return errors.New("the key has an unsupported algorithm")
+}
+
+// checkWindow applies the window, expires and WithNotBefore to p at now.
+func (v *Verifier) checkWindow(now time.Time, p sigParams) error {
+	nowSec := now.Unix()
+	expired := func(format string, args ...any) error {
+		return &ExpiredError{ServerTime: now.UTC(), Reason: ErrExpired.Error() + ": " + fmt.Sprintf(format, args...)}
+	}
+	// time.Time.Sub saturates, so created may be any integer.
+	d := time.Unix(nowSec, 0).Sub(time.Unix(p.created, 0))
+	if d > v.window {
+		return expired("created %ds before the server's time; the window is %s", nowSec-p.created, v.window)
+	}
+	if d < -v.window {
+		return expired("created %ds after the server's time; the window is %s", p.created-nowSec, v.window)
+	}
+	if p.hasExpires && p.expires <= nowSec {
+		return expired("expired %ds ago", nowSec-p.expires)
+	}
+	if !v.notBefore.IsZero() && p.created < v.notBefore.Unix() {
+		return expired("created before %s, when this server started forgetting nonces", v.notBefore.UTC().Format(time.RFC3339))
+	}
+	return nil
+}
+
+// invalid returns an error wrapping ErrInvalid with detail.
+func invalid(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", ErrInvalid, fmt.Sprintf(format, args...))
+}
+
+// clip shortens s, a value from the request, for an error message.
+func clip(s string) string {
+	if len(s) > 64 {
+		return s[:64] + "…"
+	}
+	return s
+}
+
+// blank reports whether vals holds no non-blank field line.
+func blank(vals []string) bool {
+	for _, v := range vals {
+		if strings.TrimSpace(v) != "" {
+			return false
+		}
+	}
+	return true
+}
+
+// headerValues returns h's field lines for name, looking it up
+// case-insensitively when h's keys are not canonical (headers built by
+// hand rather than by net/http).
+func headerValues(h http.Header, name string) []string {
+	if vals := h.Values(name); len(vals) > 0 {
+		return vals
+	}
+	var vals []string
+	for k, vs := range h {
+		if strings.EqualFold(k, name) {
+			vals = append(vals, vs...)
+		}
+	}
+	return vals
 }

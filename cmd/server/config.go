@@ -30,6 +30,8 @@ type config struct {
 	MachineID       *uint16
 	TokenTTL        time.Duration
 	TokenMaxTTL     time.Duration
+	ClientKeys      string
+	ReplayWindow    time.Duration
 	RedisURL        *goredis.Options
 	RedisCluster    []string
 	KeyPrefix       string
@@ -79,6 +81,10 @@ var settings = []setting{
 		func(c *config, v string) (err error) { c.TokenTTL, err = parseDuration(v); return err }},
 	{"REPLAYGUARD_TOKEN_MAX_TTL", "token-max-ttl", "1h", "longest lifetime a request may ask for", false,
 		func(c *config, v string) (err error) { c.TokenMaxTTL, err = parseDuration(v); return err }},
+	{"REPLAYGUARD_CLIENT_KEYS", "client-keys", "", "path of the JSON client keys file for signed requests (RFC 9421); re-read on SIGHUP", false,
+		func(c *config, v string) error { c.ClientKeys = v; return nil }},
+	{"REPLAYGUARD_REPLAY_WINDOW", "replay-window", "5m", "how far a signature's created time may lie from the server's clock, either side", false,
+		func(c *config, v string) (err error) { c.ReplayWindow, err = parseDuration(v); return err }},
 	{"REPLAYGUARD_REDIS_URL", "redis-url", "", "redis:// or rediss:// URL of a single Redis server", true,
 		func(c *config, v string) error {
 			if v == "" {
@@ -212,6 +218,9 @@ func loadConfig(args []string, getenv func(string) string) (*config, error) {
 	}
 	if c.TokenTTL < token.MinTTL || c.TokenTTL > c.TokenMaxTTL {
 		return nil, fmt.Errorf("REPLAYGUARD_TOKEN_TTL: must lie within [%v, %v]", token.MinTTL, c.TokenMaxTTL)
+	}
+	if c.ReplayWindow <= 0 {
+		return nil, errors.New("REPLAYGUARD_REPLAY_WINDOW: must be positive")
 	}
 	if c.StoreTimeout <= 0 || c.StoreTimeout > time.Minute {
 		return nil, errors.New("REPLAYGUARD_STORE_TIMEOUT: must lie within (0, 1m]")

@@ -2,8 +2,9 @@
 //
 // With no configuration it listens on :8080 with the embedded memory
 // store; REPLAYGUARD_REDIS_URL or REPLAYGUARD_REDIS_CLUSTER_ADDRS moves it
-// onto Redis. Run it with -h for every flag; each mirrors a
-// REPLAYGUARD_* environment variable (see README.md).
+// onto Redis. REPLAYGUARD_CLIENT_KEYS turns on POST /v1/signatures/verify
+// for signed requests; SIGHUP re-reads that file. Run it with -h for every
+// flag; each mirrors a REPLAYGUARD_* environment variable (see README.md).
 package main
 
 import (
@@ -25,6 +26,7 @@ import (
 
 	"github.com/replayguard/replayguard/handlers"
 	"github.com/replayguard/replayguard/metrics"
+	"github.com/replayguard/replayguard/replay"
 	"github.com/replayguard/replayguard/store"
 	"github.com/replayguard/replayguard/store/memory"
 	redisstore "github.com/replayguard/replayguard/store/redis"
@@ -45,8 +47,12 @@ func main() {
 }
 
 // run starts the server and blocks until ctx ends, then drains in-flight
-// requests. onListen, when set, receives the bound address.
+// requests. onListen, when set, receives the bound address. With client
+// keys configured, SIGHUP re-reads them until run returns.
 func run(ctx context.Context, args []string, getenv func(string) string, out io.Writer, onListen func(addr string)) error {
+	start := time.Now()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	cfg, err := loadConfig(args, getenv)
 	if err != nil {
 		return err
@@ -55,6 +61,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, out io.
 	gin.SetMode(gin.ReleaseMode)
 	gin.DefaultWriter, gin.DefaultErrorWriter = io.Discard, io.Discard
 	goredis.SetLogger(redisLogger{log})
+
+	var clientKeys *replay.KeyRing
+	if cfg.ClientKeys != "" {
+		if clientKeys, err = replay.NewKeyRing(cfg.ClientKeys); err != nil {
+			return fmt.Errorf("REPLAYGUARD_CLIENT_KEYS: %w", err)
+		}
+	}
 
 	m := metrics.New()
 	st, err := openStore(ctx, cfg, log)
@@ -102,6 +115,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, out io.
 	if len(cfg.APIKeys) == 0 {
 		log.Warn("REPLAYGUARD_API_KEYS is not set: POST /v1/tokens/redeem is open to every caller")
 	}
+	if clientKeys != nil {
+		opts = append(opts, handlers.WithVerifier(verifier(cfg, clientKeys, st, inst, start, log)))
+		if len(cfg.APIKeys) == 0 {
+			log.Warn("REPLAYGUARD_API_KEYS is not set: POST /v1/signatures/verify is open to every caller")
+		}
+		reloadOnHangup(ctx, clientKeys, cfg.ClientKeys, log)
+	}
 	engine, err := handlers.New(svc, opts...).Engine(handlers.EngineConfig{TrustedProxies: cfg.TrustedProxies, Logger: log})
 	if err != nil {
 		return fmt.Errorf("REPLAYGUARD_TRUSTED_PROXIES: %w", err)
@@ -141,6 +161,46 @@ func run(ctx context.Context, args []string, getenv func(string) string, out io.
 	}
 	log.Info("replayguard stopped")
 	return nil
+}
+
+// verifier checks signed requests with the client keys, recording nonces
+// in inst, the same (instrumented) store as tokens. On the memory store,
+// which forgets its nonces on restart, signatures created before start
+// (truncated to the second) are refused.
+func verifier(cfg *config, keys *replay.KeyRing, st, inst store.Store, start time.Time, log *slog.Logger) *replay.Verifier {
+	opts := []replay.Option{replay.WithWindow(cfg.ReplayWindow)}
+	if _, ok := st.(*memory.Store); ok {
+		notBefore := start.Truncate(time.Second)
+		opts = append(opts, replay.WithNotBefore(notBefore))
+		log.Info("signed requests on the embedded memory store: signatures created before the process started are refused as signature_expired, since the nonces seen before a restart are gone",
+			"not_before", notBefore.UTC().Format(time.RFC3339))
+	}
+	log.Info("client keys loaded", "keys", keys.Len(), "path", cfg.ClientKeys, "replay_window", cfg.ReplayWindow.String())
+	return replay.NewVerifier(keys, inst, opts...)
+}
+
+// reloadOnHangup re-reads the client keys file on every SIGHUP until ctx
+// ends. Requests keep being served throughout: a reload swaps the whole
+// key set at once, and a file that does not load leaves the keys in force.
+// Errors name the file, never key material.
+func reloadOnHangup(ctx context.Context, keys *replay.KeyRing, path string, log *slog.Logger) {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	go func() {
+		defer signal.Stop(hup)
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-hup:
+				if err := keys.Reload(); err != nil {
+					log.Error("client keys not reloaded: keeping the keys in force", "path", path, "error", err.Error(), "keys", keys.Len())
+					continue
+				}
+				log.Info("client keys reloaded", "path", path, "keys", keys.Len())
+			}
+		}
+	}()
 }
 
 // openStore builds the configured store. A Redis that is down at start is

@@ -72,14 +72,55 @@ func server(t *testing.T, env ...string) (*exec.Cmd, string, *syncBuffer) {
 type syncBuffer struct {
 	mu    sync.Mutex
 	buf   bytes.Buffer
+	n     int           // lines so far
+	grown chan struct{} // closed (and replaced) when a line arrives
 	lines chan string
 }
 
 func (b *syncBuffer) add(line string) {
 	b.mu.Lock()
 	b.buf.WriteString(line + "\n")
+	b.n++
+	if b.grown != nil {
+		close(b.grown)
+		b.grown = nil
+	}
 	b.mu.Unlock()
 	b.lines <- line
+}
+
+// count returns how many lines were written so far.
+func (b *syncBuffer) count() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.n
+}
+
+// waitForLog waits up to 10 seconds for a JSON log record with message
+// msg among the lines after the first skip, and returns it.
+func (b *syncBuffer) waitForLog(t *testing.T, skip int, msg string) map[string]any {
+	t.Helper()
+	deadline := time.After(10 * time.Second)
+	for {
+		b.mu.Lock()
+		lines := strings.Split(strings.TrimSuffix(b.buf.String(), "\n"), "\n")
+		if b.grown == nil {
+			b.grown = make(chan struct{})
+		}
+		grown := b.grown
+		b.mu.Unlock()
+		for _, line := range lines[min(skip, len(lines)):] {
+			var rec map[string]any
+			if json.Unmarshal([]byte(line), &rec) == nil && rec["msg"] == msg {
+				return rec
+			}
+		}
+		select {
+		case <-grown:
+		case <-deadline:
+			t.Fatalf("no log line %q after line %d:\n%s", msg, skip, b.String())
+		}
+	}
 }
 
 func (b *syncBuffer) String() string {
