@@ -249,7 +249,7 @@ func (a *API) redeem(c *gin.Context) {
 	}
 	var body redeemBody
 	if err := readJSON(c.Request, &body); err != nil {
-		a.metrics.Redemption(ProblemFor(err).Code)
+		a.metrics.Redemption(specFor(err).code)
 		fail(c, err)
 		return
 	}
@@ -267,7 +267,7 @@ func (a *API) redeem(c *gin.Context) {
 	}
 	claims, err := a.tokens.Redeem(c.Request.Context(), tok, body.Purpose, body.Subject)
 	if err != nil {
-		a.metrics.Redemption(ProblemFor(err).Code)
+		a.metrics.Redemption(specFor(err).code)
 		fail(c, err)
 		return
 	}

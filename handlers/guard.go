@@ -96,7 +96,7 @@ func (g *Guard) Redeem(r *http.Request, purpose string) (token.Claims, error) {
 	c, err := g.tokens.Redeem(r.Context(), tok, purpose, subject)
 	outcome := "redeemed"
 	if err != nil {
-		outcome = ProblemFor(err).Code
+		outcome = specFor(err).code
 	}
 	g.metrics.Redemption(outcome)
 	return c, err

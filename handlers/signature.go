@@ -102,7 +102,7 @@ func (g *SignatureGuard) Verify(r *http.Request) (replay.Result, error) {
 	res, err := g.verify(r)
 	outcome := "verified"
 	if err != nil {
-		outcome = ProblemFor(err).Code
+		outcome = specFor(err).code
 	}
 	g.metrics.SignatureVerification(outcome)
 	return res, err
@@ -253,7 +253,7 @@ func (a *API) verifySignature(c *gin.Context) {
 			return
 		}
 	}
-	a.metrics.SignatureVerification(ProblemFor(err).Code)
+	a.metrics.SignatureVerification(specFor(err).code)
 	fail(c, err)
 }
 

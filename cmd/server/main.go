@@ -57,7 +57,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, out io.
 	if err != nil {
 		return err
 	}
-	log := slog.New(slog.NewJSONHandler(out, &slog.HandlerOptions{Level: cfg.LogLevel}))
+	logs := newLogWriter(out, 100*time.Millisecond)
+	defer logs.Close()
+	log := slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: cfg.LogLevel}))
 	gin.SetMode(gin.ReleaseMode)
 	gin.DefaultWriter, gin.DefaultErrorWriter = io.Discard, io.Discard
 	goredis.SetLogger(redisLogger{log})
@@ -141,6 +143,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, out io.
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
 	log.Info("replayguard listening", "addr", ln.Addr().String(), "signing_kid", svc.SigningKeyID())
+	_ = logs.Flush() // start-up lines now, not at the first tick
 	if onListen != nil {
 		onListen(ln.Addr().String())
 	}
