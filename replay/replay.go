@@ -124,7 +124,8 @@ type Result struct {
 	KeyID string
 	// Label is the key's label from the keys file.
 	Label string
-	// Created is the signature's created parameter.
+	// Created is the signature's created parameter, in UTC; the zero
+	// Time when absent (possible only with UnsafeSkipPolicyForTests).
 	Created time.Time
 	// Nonce is the signature's nonce parameter.
 	Nonce string
@@ -152,8 +153,9 @@ type Verifier struct {
 // Option configures a Verifier.
 type Option func(*Verifier)
 
-// WithWindow sets how far created may lie from now, on either side.
-// Defaults to DefaultWindow (5m); d <= 0 keeps the default.
+// WithWindow sets how far created may lie from now, on either side; each
+// nonce is kept in the store until created + d + 1s. Defaults to
+// DefaultWindow (5m); d <= 0 keeps the default.
 func WithWindow(d time.Duration) Option {
 	return func(v *Verifier) {
 		if d > 0 {
@@ -172,21 +174,31 @@ func WithClock(now func() time.Time) Option {
 	}
 }
 
-// WithNotBefore refuses, as expired, signatures created before t. Use the
-// process start (truncated to the second) with a store that forgets its
-// nonces on restart, such as the memory store. Defaults to none.
+// WithNotBefore refuses, as expired, signatures created before t
+// truncated to the second. Pass the process start with a store that
+// forgets its nonces on restart, such as the memory store: a signature
+// made before the restart could otherwise be replayed. Defaults to none.
 func WithNotBefore(t time.Time) Option { return func(v *Verifier) { v.notBefore = t } }
 
 // WithRequired adds components every signature must cover, beyond
-// DefaultRequired (for example "authorization"). Defaults to none.
+// DefaultRequired: field names (any case, for example "Authorization")
+// or derived components. Defaults to none.
 func WithRequired(components ...string) Option {
-	return func(v *Verifier) { v.required = append(v.required, components...) }
+	return func(v *Verifier) {
+		for _, c := range components {
+			v.required = append(v.required, strings.ToLower(c))
+		}
+	}
 }
 
-// UnsafeSkipPolicyForTests turns off the nonce, required-component and
-// window checks, leaving only the cryptographic check. It exists so that
-// the RFC 9421 test vectors (which have no nonce and an old created) can
-// be verified; never use it in production.
+// UnsafeSkipPolicyForTests turns off the policy: created and nonce are
+// not required, neither are any components (DefaultRequired, WithRequired,
+// content-digest), the window, expires and WithNotBefore are ignored and
+// no nonce is recorded (the store is never called). Still checked: the
+// syntax, a known keyid, alg, parameter types, a covered Content-Digest
+// against the body, and the signature. It exists so that the RFC 9421
+// test vectors (no nonce, created in 2021) can be verified; never use it
+// in production.
 func UnsafeSkipPolicyForTests() Option { return func(v *Verifier) { v.unsafe = true } }
 
 // NewVerifier returns a Verifier that finds keys in keys and records
@@ -200,6 +212,8 @@ func NewVerifier(keys KeySource, st store.Store, opts ...Option) *Verifier {
 }
 
 // Verify checks m's signature and, when it is good, records its nonce.
+// The window is measured with the Verifier's clock (WithClock), that is
+// the server's.
 // It returns the Result, or an error wrapping exactly one of ErrMissing,
 // ErrInvalid, ErrExpired (as an *ExpiredError), ErrReplayed or
 // ErrUnavailable. It never panics, whatever m holds.
@@ -208,7 +222,8 @@ func NewVerifier(keys KeySource, st store.Store, opts ...Option) *Verifier {
 // add its own). Verify checks exactly one, the first member of
 // Signature-Input, in field order, whose keyid names a key of the
 // KeySource, and ignores the others; when no member does, the request is
-// ErrInvalid (unknown key). Either field over 8 KiB is ErrInvalid.
+// ErrInvalid (unknown key). Signature-Input, Signature or Content-Digest
+// over 8 KiB is ErrInvalid.
 //
 // The checks, in order:
 //   - Signature-Input or Signature absent (or blank): ErrMissing;
@@ -295,7 +310,7 @@ func (v *Verifier) Verify(ctx context.Context, m Message) (Result, error) {
 			}
 		}
 		for _, r := range v.required {
-			if !covers(covered, strings.ToLower(r)) {
+			if !covers(covered, r) {
 				return Result{}, invalid("%s does not cover %s", name, clip(r))
 			}
 		}
@@ -319,7 +334,7 @@ func (v *Verifier) Verify(ctx context.Context, m Message) (Result, error) {
 
 	res := Result{KeyID: key.ID, Label: key.Label, Nonce: p.nonce, Name: name}
 	if p.hasCreated {
-		res.Created = time.Unix(p.created, 0)
+		res.Created = time.Unix(p.created, 0).UTC()
 	}
 	if v.unsafe {
 		return res, nil

@@ -217,8 +217,8 @@ func TestVerifyAcceptsGoodSignatures(t *testing.T) {
 					t.Fatalf("Verify: %v", err)
 				}
 				nonce, _ := s.params.Get("nonce")
-				want := Result{KeyID: k.ID, Label: k.Label, Created: time.Unix(testNow.Unix(), 0), Nonce: nonce.(string), Name: "sig1"}
-				if res != want {
+				want := Result{KeyID: k.ID, Label: k.Label, Created: testNow, Nonce: nonce.(string), Name: "sig1"}
+				if res != want || res.Created.Location() != time.UTC {
 					t.Errorf("Result = %+v, want %+v", res, want)
 				}
 			})
