@@ -14,7 +14,6 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
-	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -24,6 +23,7 @@ import (
 	"github.com/dunglas/httpsfv"
 	goredis "github.com/redis/go-redis/v9"
 
+	"github.com/replayguard/replayguard/internal/testenv"
 	"github.com/replayguard/replayguard/store"
 	"github.com/replayguard/replayguard/store/memory"
 	redisstore "github.com/replayguard/replayguard/store/redis"
@@ -33,7 +33,6 @@ import (
 const (
 	envURL     = "REPLAYGUARD_TEST_REDIS_URL"           // redis://host:port/db
 	envCluster = "REPLAYGUARD_TEST_REDIS_CLUSTER_ADDRS" // host:port,host:port,...
-	envRequire = "REPLAYGUARD_TEST_REQUIRE"             // "1": a missing server fails
 )
 
 // testNow is the fixed server time of the tests that set a clock.
@@ -800,14 +799,7 @@ func TestUnsafeSkipPolicyForTests(t *testing.T) {
 // CI=true: CI must run against real servers.
 func server(t testing.TB, name string) string {
 	t.Helper()
-	if v := os.Getenv(name); v != "" {
-		return v
-	}
-	if os.Getenv(envRequire) == "1" || os.Getenv("CI") == "true" {
-		t.Fatalf("%s is not set; it is required when %s=1 or CI=true", name, envRequire)
-	}
-	t.Skipf("%s is not set", name)
-	return ""
+	return testenv.Var(t, name)
 }
 
 // uniquePrefix returns a Redis key prefix no other test run uses.

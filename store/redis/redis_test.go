@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"math"
 	"net"
-	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -19,6 +18,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
 
+	"github.com/replayguard/replayguard/internal/testenv"
 	"github.com/replayguard/replayguard/store"
 	"github.com/replayguard/replayguard/store/redis"
 	"github.com/replayguard/replayguard/store/storetest"
@@ -28,7 +28,6 @@ import (
 const (
 	envURL     = "REPLAYGUARD_TEST_REDIS_URL"           // redis://host:port/db
 	envCluster = "REPLAYGUARD_TEST_REDIS_CLUSTER_ADDRS" // host:port,host:port,...
-	envRequire = "REPLAYGUARD_TEST_REQUIRE"             // "1": a missing server fails
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -38,14 +37,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // CI=true: CI must run against real servers.
 func server(t testing.TB, name string) string {
 	t.Helper()
-	if v := os.Getenv(name); v != "" {
-		return v
-	}
-	if os.Getenv(envRequire) == "1" || os.Getenv("CI") == "true" {
-		t.Fatalf("%s is not set; it is required when %s=1 or CI=true", name, envRequire)
-	}
-	t.Skipf("%s is not set", name)
-	return ""
+	return testenv.Var(t, name)
 }
 
 // uniquePrefix returns a key prefix no other test run uses, so that runs

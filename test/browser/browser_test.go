@@ -31,11 +31,11 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/replayguard/replayguard/examples/checkout/shop"
+	"github.com/replayguard/replayguard/internal/testenv"
 )
 
 const (
 	envChromium = "REPLAYGUARD_TEST_CHROMIUM" // path to a Chromium or Chrome binary
-	envRequire  = "REPLAYGUARD_TEST_REQUIRE"  // "1": no browser is a failure
 
 	// testTimeout bounds one test's browser work.
 	testTimeout = 20 * time.Second
@@ -178,9 +178,7 @@ func TestFindChromium(t *testing.T) {
 
 // required reports whether a missing browser fails the tests instead of
 // skipping them.
-func required() bool {
-	return os.Getenv(envRequire) == "1" || os.Getenv("CI") == "true"
-}
+func required() bool { return testenv.Required() }
 
 // fixture is one test's shop, its server and a browser tab on it.
 type fixture struct {

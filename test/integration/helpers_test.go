@@ -11,7 +11,6 @@ import (
 	"mime"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -22,6 +21,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/replayguard/replayguard/handlers"
+	"github.com/replayguard/replayguard/internal/testenv"
 	"github.com/replayguard/replayguard/metrics"
 	"github.com/replayguard/replayguard/store"
 	redisstore "github.com/replayguard/replayguard/store/redis"
@@ -34,7 +34,6 @@ const (
 	envRedisURL     = "REPLAYGUARD_TEST_REDIS_URL"           // redis://host:port/db
 	envClusterAddrs = "REPLAYGUARD_TEST_REDIS_CLUSTER_ADDRS" // host:port,host:port,...
 	envRedisServer  = "REPLAYGUARD_TEST_REDIS_SERVER"        // path to a redis-server binary
-	envRequire      = "REPLAYGUARD_TEST_REQUIRE"             // "1": a missing server fails
 )
 
 // apiKey is the API key of every test server configured with one.
@@ -53,24 +52,14 @@ type quietRedis struct{}
 func (quietRedis) Printf(context.Context, string, ...any) {}
 
 // required reports whether a missing server must fail the test instead of
-// skipping it: REPLAYGUARD_TEST_REQUIRE=1 or CI=true.
-func required() bool {
-	return os.Getenv(envRequire) == "1" || os.Getenv("CI") == "true"
-}
+// skipping it.
+func required() bool { return testenv.Required() }
 
-// requireEnv returns the value of the environment variable name. When it
-// is unset the test is skipped, or fails when REPLAYGUARD_TEST_REQUIRE=1 or
-// CI=true: CI must run against real servers.
+// requireEnv returns the value of the environment variable name, skipping
+// (or, in CI, failing) the test when it is unset.
 func requireEnv(t testing.TB, name string) string {
 	t.Helper()
-	if v := os.Getenv(name); v != "" {
-		return v
-	}
-	if required() {
-		t.Fatalf("%s is not set; it is required when %s=1 or CI=true", name, envRequire)
-	}
-	t.Skipf("%s is not set", name)
-	return ""
+	return testenv.Var(t, name)
 }
 
 // uniquePrefix returns a Redis key prefix no other test run uses. Keys
