@@ -25,9 +25,11 @@ import (
 
 // summary is the result of one run; it is printed as one line of JSON.
 type summary struct {
-	Kind    string `json:"kind"` // always "load"
-	Label   string `json:"label"`
-	Mode    string `json:"mode"`
+	Kind  string `json:"kind"` // always "load"
+	Label string `json:"label"`
+	Mode  string `json:"mode"`
+	// Alg is -alg in verify mode: hmac or ed25519.
+	Alg     string `json:"alg,omitempty"`
 	URL     string `json:"url"`
 	Workers int    `json:"workers"`
 	// NumCPU is runtime.NumCPU() of the machine the run was on.
@@ -35,12 +37,19 @@ type summary struct {
 	// DurationS is the measured wall time, from the first request to the
 	// last answer.
 	DurationS float64 `json:"duration_s"`
-	// StoppedBy is "duration", "max-requests" or "signal".
-	StoppedBy string  `json:"stopped_by"`
-	Requests  int64   `json:"requests"`
-	ReqPerS   float64 `json:"req_per_s"`
+	// StoppedBy is "duration", "max-requests", "pool" (verify and redeem
+	// modes: every prepared request was sent) or "signal".
+	StoppedBy string `json:"stopped_by"`
+	// Pool is how many signed requests (verify) or issued tokens (redeem)
+	// were prepared before the timed phase, and PrepareS how long that
+	// took; neither counts in the figures.
+	Pool     int     `json:"pool,omitempty"`
+	PrepareS float64 `json:"prepare_s,omitempty"`
+	Requests int64   `json:"requests"`
+	ReqPerS  float64 `json:"req_per_s"`
 	// OK counts successes: 201-then-200 pairs, 401 token_invalid answers
-	// to forged tokens, or 204 answers.
+	// to forged tokens, 204 answers, 200 "verified" answers to signed
+	// requests, or 200 answers to redeems of pre-issued tokens.
 	OK     int64   `json:"ok"`
 	OKPerS float64 `json:"ok_per_s"`
 	// Latencies over every request (issue and redeem alike), in ms.
@@ -153,6 +162,21 @@ type runner struct {
 	capped   atomic.Bool  // the budget ran out
 	forged   []string
 	next     atomic.Uint64
+	// pool holds the prepared request bodies (verify) or tokens (redeem),
+	// each sent once; drained is set when a worker found none left.
+	bodies  [][]byte
+	tokens  []string
+	drained atomic.Bool
+}
+
+// item reserves the next prepared request, or reports that none is left.
+func (r *runner) item(n int) (int, bool) {
+	i := r.next.Add(1) - 1
+	if i >= uint64(n) {
+		r.drained.Store(true)
+		return 0, false
+	}
+	return int(i), true
 }
 
 // take reserves n requests of the budget, or reports that the run is over.
@@ -167,13 +191,21 @@ func (r *runner) take(ctx context.Context, n int64) bool {
 	return true
 }
 
-// do sends one POST and returns the status and body. It records the
-// request's latency, and its status or transport error, in t.
-func (r *runner) do(ctx context.Context, t *tally, path string, header, value string) (int, []byte, bool) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, r.base+path, nil)
+// do sends one POST, with a JSON body when body is not nil, and returns
+// the status and body. It records the request's latency, and its status
+// or transport error, in t.
+func (r *runner) do(ctx context.Context, t *tally, path string, header, value string, body []byte) (int, []byte, bool) {
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, r.base+path, rd)
 	if err != nil {
 		t.fail("building request: %v", err)
 		return 0, nil, false
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
 	}
 	if header != "" {
 		req.Header.Set(header, value)
@@ -189,7 +221,7 @@ func (r *runner) do(ctx context.Context, t *tally, path string, header, value st
 		}
 		return 0, nil, false
 	}
-	body, err := io.ReadAll(resp.Body)
+	answer, err := io.ReadAll(resp.Body)
 	resp.Body.Close()
 	t.lat = append(t.lat, time.Since(start))
 	t.statuses[resp.StatusCode]++
@@ -200,12 +232,12 @@ func (r *runner) do(ctx context.Context, t *tally, path string, header, value st
 		}
 		return 0, nil, false
 	}
-	return resp.StatusCode, body, true
+	return resp.StatusCode, answer, true
 }
 
 func (r *runner) pairs(ctx context.Context, t *tally) {
 	for r.take(ctx, 2) {
-		st, body, ok := r.do(ctx, t, r.cfg.issuePath, "", "")
+		st, body, ok := r.do(ctx, t, r.cfg.issuePath, "", "", nil)
 		if !ok {
 			continue
 		}
@@ -218,7 +250,7 @@ func (r *runner) pairs(ctx context.Context, t *tally) {
 			t.fail("issue: no %q field in %s", r.cfg.tokenField, truncate(body))
 			continue
 		}
-		st, body, ok = r.do(ctx, t, r.cfg.redeemPath, r.cfg.tokenHeader, tok)
+		st, body, ok = r.do(ctx, t, r.cfg.redeemPath, r.cfg.tokenHeader, tok, nil)
 		if !ok {
 			continue
 		}
@@ -235,7 +267,7 @@ var invalidCode = []byte(`"code":"token_invalid"`)
 func (r *runner) forgedLoop(ctx context.Context, t *tally) {
 	for r.take(ctx, 1) {
 		tok := r.forged[r.next.Add(1)%uint64(len(r.forged))]
-		st, body, ok := r.do(ctx, t, r.cfg.redeemPath, r.cfg.tokenHeader, tok)
+		st, body, ok := r.do(ctx, t, r.cfg.redeemPath, r.cfg.tokenHeader, tok, nil)
 		if !ok {
 			continue
 		}
@@ -249,12 +281,53 @@ func (r *runner) forgedLoop(ctx context.Context, t *tally) {
 
 func (r *runner) noop(ctx context.Context, t *tally) {
 	for r.take(ctx, 1) {
-		st, body, ok := r.do(ctx, t, r.cfg.noopPath, "", "")
+		st, body, ok := r.do(ctx, t, r.cfg.noopPath, "", "", nil)
 		if !ok {
 			continue
 		}
 		if st != http.StatusNoContent {
 			t.fail("noop: %d %s", st, truncate(body))
+			continue
+		}
+		t.ok++
+	}
+}
+
+var verifiedStatus = []byte(`"status":"verified"`)
+
+// verify sends each prepared signed request once; only 200 with
+// "status":"verified" counts.
+func (r *runner) verify(ctx context.Context, t *tally) {
+	for r.take(ctx, 1) {
+		i, ok := r.item(len(r.bodies))
+		if !ok {
+			return
+		}
+		st, body, ok := r.do(ctx, t, r.cfg.verifyPath, "", "", r.bodies[i])
+		if !ok {
+			continue
+		}
+		if st != http.StatusOK || !bytes.Contains(body, verifiedStatus) {
+			t.fail("verify: %d %s", st, truncate(body))
+			continue
+		}
+		t.ok++
+	}
+}
+
+// redeemLoop redeems each pre-issued token once; only 200 counts.
+func (r *runner) redeemLoop(ctx context.Context, t *tally) {
+	for r.take(ctx, 1) {
+		i, ok := r.item(len(r.tokens))
+		if !ok {
+			return
+		}
+		st, body, ok := r.do(ctx, t, r.cfg.redeemPath, r.cfg.tokenHeader, r.tokens[i], nil)
+		if !ok {
+			continue
+		}
+		if st != http.StatusOK {
+			t.fail("redeem: %d %s", st, truncate(body))
 			continue
 		}
 		t.ok++
@@ -312,15 +385,41 @@ func run(ctx context.Context, cfg *config) (*summary, error) {
 			return nil, err
 		}
 	}
+	// The prepared requests of verify and redeem are made before the
+	// timed phase and before the CPU is first sampled, so that neither
+	// signing nor issuing counts.
+	prepStart := time.Now()
+	switch cfg.mode {
+	case "verify":
+		signer, err := newSigner(cfg.alg, cfg.keyID)
+		if err != nil {
+			return nil, err
+		}
+		if r.bodies, err = signedBodies(ctx, signer, cfg.verifyURL, cfg.pool); err != nil {
+			return nil, err
+		}
+	case "redeem":
+		if r.tokens, err = issueTokens(ctx, r.client, r.base+cfg.issuePath, cfg.tokenField, cfg.pool, cfg.workers); err != nil {
+			return nil, err
+		}
+	}
+	prepare := time.Since(prepStart)
 	r.budget.Store(cfg.maxRequests)
 	loop := map[string]func(context.Context, *tally){
 		"pairs":  r.pairs,
 		"forged": r.forgedLoop,
 		"noop":   r.noop,
+		"verify": r.verify,
+		"redeem": r.redeemLoop,
 	}[cfg.mode]
 
 	// Requests still in flight at the deadline finish (within -timeout);
 	// no new one starts after it.
+	if cfg.readyFile != "" {
+		if err := os.WriteFile(cfg.readyFile, []byte("timed phase started\n"), 0o644); err != nil {
+			return nil, err
+		}
+	}
 	tallies := make([]*tally, cfg.workers)
 	cpu0 := sampleCPU(watch)
 	start := time.Now()
@@ -339,11 +438,19 @@ func run(ctx context.Context, cfg *config) (*summary, error) {
 		Kind: "load", Label: cfg.label, Mode: cfg.mode, URL: cfg.url, Workers: cfg.workers, NumCPU: runtime.NumCPU(),
 		DurationS: elapsed.Seconds(), StoppedBy: "duration", Statuses: map[string]int64{}, CPUS: cpu,
 	}
+	if cfg.mode == "verify" {
+		s.Alg = cfg.alg
+	}
+	if cfg.mode == "verify" || cfg.mode == "redeem" {
+		s.Pool, s.PrepareS = cfg.pool, prepare.Seconds()
+	}
 	switch {
 	case ctx.Err() != nil:
 		s.StoppedBy = "signal"
 	case r.capped.Load():
 		s.StoppedBy = "max-requests"
+	case r.drained.Load():
+		s.StoppedBy = "pool"
 	}
 	var lat []time.Duration
 	for _, t := range tallies {
@@ -454,8 +561,17 @@ func writeSummary(w io.Writer, jsonFile string, s *summary) error {
 		return err
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "%s %s: %d workers, %.2fs (stopped by %s)\n", s.Label, s.Mode, s.Workers, s.DurationS, s.StoppedBy)
-	what := map[string]string{"pairs": "pairs (201 then 200)", "forged": "forged tokens refused (401 token_invalid)", "noop": "no-op answers (204)"}[s.Mode]
+	fmt.Fprintf(&b, "%s %s: %d workers, %.2fs (stopped by %s)\n", s.Label, modeName(s), s.Workers, s.DurationS, s.StoppedBy)
+	if s.Pool > 0 {
+		fmt.Fprintf(&b, "  prepared %d %s in %.2fs before the timed phase\n", s.Pool, map[string]string{"verify": "signed requests", "redeem": "issued tokens"}[s.Mode], s.PrepareS)
+	}
+	what := map[string]string{
+		"pairs":  "pairs (201 then 200)",
+		"forged": "forged tokens refused (401 token_invalid)",
+		"noop":   "no-op answers (204)",
+		"verify": "signed requests verified (200 verified)",
+		"redeem": "pre-issued tokens redeemed (200)",
+	}[s.Mode]
 	fmt.Fprintf(&b, "  %-42s %10d  %10.0f/s\n", what, s.OK, s.OKPerS)
 	fmt.Fprintf(&b, "  %-42s %10d  %10.0f/s\n", "requests", s.Requests, s.ReqPerS)
 	fmt.Fprintf(&b, "  latency ms: p50 %.3f  p90 %.3f  p99 %.3f  p99.9 %.3f  max %.3f\n", s.P50Ms, s.P90Ms, s.P99Ms, s.P999Ms, s.MaxMs)
@@ -486,6 +602,15 @@ func writeSummary(w io.Writer, jsonFile string, s *summary) error {
 		return err
 	}
 	return f.Close()
+}
+
+// modeName names a run's mode in reports: the mode, and for verify its
+// algorithm ("verify/hmac").
+func modeName(s *summary) string {
+	if s.Alg != "" {
+		return s.Mode + "/" + s.Alg
+	}
+	return s.Mode
 }
 
 func roundMap(m map[string]float64) map[string]float64 {

@@ -1,11 +1,15 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -14,6 +18,7 @@ import (
 
 	"github.com/golang-jwt/jwt/v5"
 
+	"github.com/replayguard/replayguard/replay"
 	"github.com/replayguard/replayguard/store/memory"
 	"github.com/replayguard/replayguard/token"
 )
@@ -53,6 +58,8 @@ func TestParseFlagsRefusesUnboundedRuns(t *testing.T) {
 		{"no workers", []string{"-workers", "0"}},
 		{"no request budget", []string{"-max-requests", "0"}},
 		{"unknown mode", []string{"-mode", "flood"}},
+		{"unknown algorithm", []string{"-mode", "verify", "-alg", "rsa"}},
+		{"empty pool", []string{"-mode", "verify", "-pool", "0"}},
 		{"non-loopback target", []string{"-url", "http://192.168.1.1:8080"}},
 		{"watch without a pid", []string{"-watch", "server"}},
 	}
@@ -184,14 +191,19 @@ func TestRunModes(t *testing.T) {
 	tests := []struct {
 		name, mode, url string
 		status          string
+		flags           []string
 	}{
-		{"pairs are issued then redeemed", "pairs", rg.URL, "201"},
-		{"forged tokens are refused as token_invalid", "forged", rg.URL, "401"},
-		{"noop answers 204", "noop", noop.URL, "204"},
+		{"pairs are issued then redeemed", "pairs", rg.URL, "201", nil},
+		{"forged tokens are refused as token_invalid", "forged", rg.URL, "401", nil},
+		{"noop answers 204", "noop", noop.URL, "204", nil},
+		{"hmac-signed requests are verified", "verify", rg.URL, "200", []string{"-alg", "hmac"}},
+		{"ed25519-signed requests are verified", "verify", rg.URL, "200", []string{"-alg", "ed25519"}},
+		{"pre-issued tokens are redeemed", "redeem", rg.URL, "200", nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			cfg, err := parseFlags([]string{"-url", tt.url, "-mode", tt.mode, "-workers", "4", "-duration", "10s", "-max-requests", "200", "-forged-pool", "8"}, io.Discard)
+			args := append([]string{"-url", tt.url, "-mode", tt.mode, "-workers", "4", "-duration", "10s", "-max-requests", "200", "-forged-pool", "8", "-pool", "300"}, tt.flags...)
+			cfg, err := parseFlags(args, io.Discard)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -207,6 +219,98 @@ func TestRunModes(t *testing.T) {
 			}
 			if tt.mode == "pairs" && (s.OK != s.Statuses["200"] || s.Statuses["201"] != s.Statuses["200"]) {
 				t.Fatalf("pairs: %d ok, statuses %v; want every 201 followed by a 200", s.OK, s.Statuses)
+			}
+			if (tt.mode == "verify" || tt.mode == "redeem") && (s.OK != s.Requests || s.Pool != 300) {
+				t.Fatalf("%s: %d ok of %d requests from a pool of %d; want every request a success", tt.mode, s.OK, s.Requests, s.Pool)
+			}
+		})
+	}
+}
+
+// TestPooledModesSendEachRequestOnce checks that verify and redeem stop
+// when their prepared requests run out rather than send one twice: a
+// second use would be a replay, or a token already redeemed.
+func TestPooledModesSendEachRequestOnce(t *testing.T) {
+	st := memory.New()
+	defer st.Close()
+	rg := httptest.NewServer(newStack(t, "engine", st))
+	defer rg.Close()
+	for _, mode := range []string{"verify", "redeem"} {
+		t.Run(mode, func(t *testing.T) {
+			ready := filepath.Join(t.TempDir(), "ready")
+			cfg, err := parseFlags([]string{"-url", rg.URL, "-mode", mode, "-workers", "8", "-duration", "1m", "-pool", "50", "-ready-file", ready}, io.Discard)
+			if err != nil {
+				t.Fatal(err)
+			}
+			s, err := run(context.Background(), cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !s.Clean || s.StoppedBy != "pool" || s.OK != 50 || s.Requests != 50 {
+				t.Fatalf("summary = %+v, want 50 successes out of 50 requests, stopped by pool", s)
+			}
+			if _, err := os.Stat(ready); err != nil {
+				t.Fatalf("-ready-file: %v", err)
+			}
+		})
+	}
+}
+
+// TestSignedBodyIsWhatTheEndpointTakes checks a prepared verify body
+// against the README's shape and the replay package's Verifier directly:
+// the method, the URL, the three headers and the base64 body, signed so
+// that it verifies once and is a replay the second time.
+func TestSignedBodyIsWhatTheEndpointTakes(t *testing.T) {
+	file, err := clientKeysFile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys, err := replay.ParseKeys(file)
+	if err != nil {
+		t.Fatalf("the client keys file does not parse: %v\n%s", err, file)
+	}
+	st := memory.New()
+	defer st.Close()
+	v := replay.NewVerifier(keys, st)
+	const target = "https://api.example.com/v1/orders?id=7"
+	for alg, want := range verifyAlgs {
+		t.Run(alg, func(t *testing.T) {
+			s, err := newSigner(alg, "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, err := signedBody(s, target)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got verifyRequest
+			dec := json.NewDecoder(bytes.NewReader(b))
+			dec.DisallowUnknownFields()
+			if err := dec.Decode(&got); err != nil {
+				t.Fatalf("body %s: %v", b, err)
+			}
+			if got.Method != http.MethodPost || got.URL != target || len(got.Headers) != 3 {
+				t.Fatalf("body %s: want POST %s with three headers", b, target)
+			}
+			payload, err := base64.StdEncoding.DecodeString(got.Body)
+			if err != nil || string(payload) != verifyPayload {
+				t.Fatalf("body %q decodes to %q, %v; want %q", got.Body, payload, err, verifyPayload)
+			}
+			h := http.Header{}
+			for k, val := range got.Headers {
+				h.Set(k, val)
+			}
+			u, err := url.Parse(got.URL)
+			if err != nil {
+				t.Fatal(err)
+			}
+			m := replay.Message{Method: got.Method, URL: u, Header: h, Body: payload}
+			res, err := v.Verify(context.Background(), m)
+			if err != nil || res.KeyID != want.keyID {
+				t.Fatalf("Verify = %+v, %v; want key %s", res, err, want.keyID)
+			}
+			if _, err := v.Verify(context.Background(), m); !errors.Is(err, replay.ErrReplayed) {
+				t.Fatalf("second Verify = %v, want ErrReplayed", err)
 			}
 		})
 	}
@@ -246,6 +350,8 @@ func TestReport(t *testing.T) {
 		`{"kind":"load","label":"baseline","mode":"pairs","duration_s":10,"ok":10000,"ok_per_s":1000,"p99_ms":9}`,
 		`{"kind":"load","label":"replayguard","mode":"forged","duration_s":10,"ok":5000,"ok_per_s":500}`,
 		`{"kind":"load","label":"baseline","mode":"noop","duration_s":10,"ok":10000,"ok_per_s":1000}`,
+		`{"kind":"load","label":"replayguard","mode":"verify","alg":"hmac","duration_s":8,"ok":5600,"ok_per_s":700,"stopped_by":"pool"}`,
+		`{"kind":"load","label":"baseline","mode":"redeem","duration_s":10,"ok":10000,"ok_per_s":1000}`,
 		`{"kind":"load","label":"replayguard","mode":"pairs","duration_s":5,"ok":4000,"ok_per_s":800,"p99_ms":10,"latency_hist":{"0":90,"465":10},"cpu_s":{"server":0.8,"other":0},"num_cpu":2}`,
 	}
 	if err := os.WriteFile(runs, []byte(strings.Join(lines, "\n")+"\n"), 0o644); err != nil {
@@ -272,6 +378,9 @@ func TestReport(t *testing.T) {
 		"| 200 | 5% |", // server CPU µs per pair: 1.8 s / 9000; other: 1 s of 2 CPUs × 10 s
 		"| forged rejections/s ≥ 60% of the baseline's 204 noop | 500 vs 1000 req/s = 50% | **MISS** |",
 		"3,000,000 redeems/s (lowest of 1 runs) | **pass** |",
+		"| verify/hmac: verified signed requests/s ≥ 60% of the baseline's GETDEL redeems/s | 700 vs 1000 req/s = 70% | **pass** |",
+		"| replayguard | verify/hmac | baseline redeem | 70% |",
+		"1 of 1 rounds of replayguard verify/hmac sent every prepared request",
 		"| `SET` | 100,000 | 0.200 |",
 		"- a note",
 	} {
@@ -309,6 +418,12 @@ func TestPerfSplitClassifies(t *testing.T) {
 		{"an HTTP write syscall is kernel time",
 			sample("\t a tcp_sendmsg+0x1 ([kernel.kallsyms])\n", "\t 9 net/http.(*response).finishRequest+0x1 (/srv)\n", serve),
 			"kernel, outside the above: HTTP socket I/O, loopback TCP, scheduling"},
+		{"a nonce's round trip inside replay.Verify is Redis",
+			sample("\t a tcp_sendmsg+0x1 ([kernel.kallsyms])\n", "\t 9 github.com/redis/go-redis/v9.(*baseClient).withConn+0x4a (/srv)\n", "\t 8 github.com/replayguard/replayguard/replay.(*Verifier).Verify+0x1 (/srv)\n", handler, next, serve),
+			"Redis client (store/redis, go-redis, its socket syscalls)"},
+		{"ed25519 under replay.Verify is signature verification, not JWT",
+			sample("\t 9 crypto/internal/fips140/edwards25519.(*Point).VarTimeDoubleScalarBaseMult+0x1 (/srv)\n", "\t 8 crypto/ed25519.Verify+0x1 (/srv)\n", "\t 7 github.com/replayguard/replayguard/replay.(*Verifier).Verify+0x1 (/srv)\n", handler, next, serve),
+			"signature verification (replay, httpsfv, its crypto)"},
 		{"background marking is GC wherever it runs",
 			sample("\t 9 runtime.scanobject+0x1 (/srv)\n", "\t 8 runtime.gcBgMarkWorker+0x1 (/srv)\n"),
 			"Go GC (background marking, assists, sweeping)"},

@@ -13,6 +13,19 @@
 //	        -kid, or from the header of one real token fetched first.
 //	noop    POST -noop-path (default /noop), which must answer 204: the
 //	        floor of an HTTP round trip, for the baseline server.
+//	verify  POST -verify-path (default /v1/signatures/verify) with the
+//	        JSON description of a freshly signed request: POST -verify-url
+//	        with a small JSON body, signed by replay.NewSigner with
+//	        hmac-sha256 (-alg hmac, key ID "bench") or ed25519 (-alg
+//	        ed25519, key ID "bench-ed"): created now, a fresh random
+//	        nonce, content-digest covered. Only 200 "status":"verified"
+//	        counts. The -pool requests are all signed before the timed
+//	        phase, so that signing on the client (up to tens of µs each
+//	        with ed25519, on the same CPUs as the server) does not count;
+//	        each is sent once, and the run ends when they run out.
+//	redeem  POST -redeem-path with tokens issued before the timed phase
+//	        (-pool of them, at -issue-path), each once: redemption alone,
+//	        for the baseline's GETDEL route. Only 200 counts.
 //
 // A run is bounded by -duration and by -max-requests, whichever comes
 // first, and stops by itself. Only loopback targets are accepted, and the
@@ -24,7 +37,8 @@
 //
 // "load report" turns the JSON lines of several runs plus Go and
 // redis-benchmark output into the Markdown tables of BENCHMARKS.md (see
-// report.go), and "load perfsplit" splits a server's perf profile into
+// report.go), "load clientkeys" prints the REPLAYGUARD_CLIENT_KEYS file of
+// the fixed test keys verify mode signs with, and "load perfsplit" splits a server's perf profile into
 // categories of CPU time (see perfsplit.go). run.sh runs the whole
 // comparison.
 package main
@@ -43,7 +57,7 @@ import (
 
 func main() {
 	if len(os.Args) > 1 {
-		sub := map[string]func([]string, io.Writer) error{"report": report, "perfsplit": perfSplitCmd}[os.Args[1]]
+		sub := map[string]func([]string, io.Writer) error{"report": report, "perfsplit": perfSplitCmd, "clientkeys": clientKeysCmd}[os.Args[1]]
 		if sub != nil {
 			if err := sub(os.Args[2:], os.Stdout); err != nil {
 				fmt.Fprintf(os.Stderr, "load %s: %v\n", os.Args[1], err)
@@ -100,9 +114,15 @@ type config struct {
 	tokenHeader string
 	kid         string
 	forgedPool  int
+	verifyPath  string
+	verifyURL   string
+	alg         string
+	keyID       string
+	pool        int
 
-	watch    string
-	jsonFile string
+	watch     string
+	jsonFile  string
+	readyFile string
 }
 
 func parseFlags(args []string, stderr io.Writer) (*config, error) {
@@ -110,7 +130,7 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs := flag.NewFlagSet("load", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.StringVar(&c.url, "url", "http://127.0.0.1:8080", "base URL of the server (loopback only)")
-	fs.StringVar(&c.mode, "mode", "pairs", "pairs, forged or noop")
+	fs.StringVar(&c.mode, "mode", "pairs", "pairs, forged, noop, verify or redeem")
 	fs.StringVar(&c.label, "label", "", "name of the target in the summary (default: the URL's host)")
 	fs.IntVar(&c.workers, "workers", 64, "concurrent workers, each with at most one request in flight")
 	fs.DurationVar(&c.duration, "duration", 10*time.Second, "how long to run (at most 10m)")
@@ -123,8 +143,14 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs.StringVar(&c.tokenHeader, "token-header", "Idempotency-Token", "request header that carries the token to redeem")
 	fs.StringVar(&c.kid, "kid", "", "kid of forged tokens (default: read from one real token issued first)")
 	fs.IntVar(&c.forgedPool, "forged-pool", 4096, "distinct forged tokens to cycle through")
+	fs.StringVar(&c.verifyPath, "verify-path", "/v1/signatures/verify", "path that verifies a signed request, for -mode verify")
+	fs.StringVar(&c.verifyURL, "verify-url", "https://api.example.com/v1/orders?id=7", "URL of the signed requests that -mode verify describes (never dialed)")
+	fs.StringVar(&c.alg, "alg", "hmac", "algorithm of -mode verify: hmac (hmac-sha256) or ed25519")
+	fs.StringVar(&c.keyID, "keyid", "", "key ID of -mode verify (default: bench for hmac, bench-ed for ed25519)")
+	fs.IntVar(&c.pool, "pool", 50_000, "requests prepared before the timed phase in -mode verify (signed) and redeem (issued); each is sent once")
 	fs.StringVar(&c.watch, "watch", "", "name:pid,... processes whose CPU time to report (Linux /proc)")
 	fs.StringVar(&c.jsonFile, "json", "", "also append the JSON summary line to this file")
+	fs.StringVar(&c.readyFile, "ready-file", "", "create this file when the timed phase starts, after the preparation (for scripts that profile the server during the run)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -132,9 +158,15 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
 	switch c.mode {
-	case "pairs", "forged", "noop":
+	case "pairs", "forged", "noop", "verify", "redeem":
 	default:
-		return nil, fmt.Errorf("-mode %q: want pairs, forged or noop", c.mode)
+		return nil, fmt.Errorf("-mode %q: want pairs, forged, noop, verify or redeem", c.mode)
+	}
+	if _, ok := verifyAlgs[c.alg]; !ok {
+		return nil, fmt.Errorf("-alg %q: want hmac or ed25519", c.alg)
+	}
+	if c.pool < 1 || c.pool > 10_000_000 {
+		return nil, errors.New("-pool must lie within [1, 10000000]")
 	}
 	if c.workers < 1 || c.workers > maxWorkers {
 		return nil, fmt.Errorf("-workers must lie within [1, %d]", maxWorkers)

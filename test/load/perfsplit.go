@@ -15,7 +15,10 @@ import (
 // category, in this order, that a frame of its stack matches, so that the
 // shares add up to 100%: GC first (whatever Go code caused it), then the
 // features Replayguard adds (with the system calls they make), then what
-// every Gin server does. Feature categories look only at the frames below the innermost
+// every Gin server does. The Redis client comes before signature
+// verification, so that a nonce's round trip inside replay.Verify counts
+// as Redis, and signature verification before JWT, so that the crypto
+// under replay.Verify counts as signature verification. Feature categories look only at the frames below the innermost
 // gin.(*Context).Next, because every middleware (logRequests,
 // requestIDs...) is on the stack of every request it wraps: a sample is
 // the middleware's own only when it is not inside the handlers it calls.
@@ -42,11 +45,13 @@ var categories = []category{
 	{"Go GC (background marking, assists, sweeping)", false, anyPrefix("runtime.gcBgMarkWorker", "runtime.gcAssistAlloc", "runtime.gcDrain", "runtime.bgsweep", "runtime.bgscavenge", "runtime.markroot", "runtime.scanobject", "runtime.sweepone", "runtime.gcStart", "runtime.(*mheap).reclaim")},
 	{"request logging (handlers logRequests, log/slog, its write(2))", true, anyPrefix("log/slog.", rg+"handlers.(*API).Engine.logRequests", rg+"handlers.logRequests")},
 	{"sonyflake IDs", true, anyPrefix("github.com/sony/sonyflake")},
-	{"JWT sign / verify (token, golang-jwt, crypto)", true, anyPrefix("github.com/golang-jwt/", rg+"token.(*Service).sign", rg+"token.(*Service).Parse", rg+"token.validMAC", rg+"token.(*Service).decodeClaims", "crypto/")},
 	{"metrics (metrics, prometheus)", true, anyPrefix("github.com/prometheus/", rg+"metrics.(*Metrics)", rg+"metrics.(*instrumented).done")},
 	{"Redis client (store/redis, go-redis, its socket syscalls)", true, anyPrefix("github.com/redis/go-redis/", rg+"store/redis.")},
+	{"signature verification (replay, httpsfv, its crypto)", true, anyPrefix(rg+"replay.", "github.com/dunglas/httpsfv.")},
+	{"JWT sign / verify (token, golang-jwt, crypto)", true, anyPrefix("github.com/golang-jwt/", "github.com/goccy/go-json", rg+"token.(*Service).sign", rg+"token.(*Service).Parse", rg+"token.validMAC", rg+"token.(*macPool)", rg+"token.(*Service).decodeClaims", "crypto/")},
 	{"problem answers (handlers WriteProblem, ProblemFor)", true, anyPrefix(rg+"handlers.WriteProblem", rg+"handlers.ProblemFor", rg+"handlers.fail")},
 	{"request IDs (handlers requestIDs)", true, anyPrefix(rg + "handlers.requestIDs")},
+	{"request body decoding (handlers readJSON, readVerifyRequest, base64)", true, anyPrefix(rg+"handlers.readJSON", rg+"handlers.readVerifyRequest", "encoding/base64.")},
 	{"JSON answers (gin render, encoding/json)", true, anyPrefix("github.com/gin-gonic/gin/render.", "github.com/gin-gonic/gin.(*Context).Render", "github.com/gin-gonic/gin.(*Context).JSON", "encoding/json.")},
 	{"other handler code (Replayguard handlers, token, metrics wrappers; the baseline's handlers)", true, anyPrefix(rg, "main.newRouter")},
 	{"kernel, outside the above: HTTP socket I/O, loopback TCP, scheduling", false, func(_, dso string) bool { return strings.Contains(dso, "kernel") }},

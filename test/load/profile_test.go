@@ -2,10 +2,12 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -14,6 +16,7 @@ import (
 
 	"github.com/replayguard/replayguard/handlers"
 	"github.com/replayguard/replayguard/metrics"
+	"github.com/replayguard/replayguard/replay"
 	"github.com/replayguard/replayguard/store"
 	"github.com/replayguard/replayguard/store/memory"
 	redisstore "github.com/replayguard/replayguard/store/redis"
@@ -41,7 +44,8 @@ import (
 // benchKey is a fixed test signing key (32 zero bytes would do as well).
 var benchKey = token.Key{ID: "load", Secret: []byte("0123456789abcdef0123456789abcdef")}
 
-// newStack returns a handler for stack over st.
+// newStack returns a handler for stack over st. Its signature verifier
+// holds the keys of "load clientkeys", as the server run.sh starts does.
 func newStack(tb testing.TB, stack string, st store.Store) http.Handler {
 	tb.Helper()
 	gin.SetMode(gin.ReleaseMode)
@@ -64,7 +68,15 @@ func newStack(tb testing.TB, stack string, st store.Store) http.Handler {
 	}
 	tb.Cleanup(func() { f.Close() })
 	log := slog.New(slog.NewJSONHandler(f, &slog.HandlerOptions{Level: level}))
-	opts := []handlers.Option{handlers.WithMetrics(m), handlers.WithLogger(log)}
+	file, err := clientKeysFile()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	keys, err := replay.ParseKeys(file)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	opts := []handlers.Option{handlers.WithMetrics(m), handlers.WithLogger(log), handlers.WithVerifier(replay.NewVerifier(keys, st))}
 	if lim, ok := st.(store.Limiter); ok {
 		opts = append(opts, handlers.WithIssueRate(lim, store.Limit{}))
 	}
@@ -89,6 +101,17 @@ func serve(h http.Handler, path, tok string) (int, []byte) {
 	if tok != "" {
 		req.Header.Set("Idempotency-Token", tok)
 	}
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, req)
+	return w.Code, w.Body.Bytes()
+}
+
+// serveJSON sends one POST with a JSON body through h and returns the
+// status and body.
+func serveJSON(h http.Handler, path string, body []byte) (int, []byte) {
+	req, _ := http.NewRequest(http.MethodPost, path, bytes.NewReader(body))
+	req.RemoteAddr = "127.0.0.1:40000"
+	req.Header.Set("Content-Type", "application/json")
 	w := httptest.NewRecorder()
 	h.ServeHTTP(w, req)
 	return w.Code, w.Body.Bytes()
@@ -138,6 +161,44 @@ func BenchmarkEnginePair(b *testing.B) {
 					}
 				})
 			})
+		}
+	}
+}
+
+// BenchmarkEngineVerify prices POST /v1/signatures/verify with a freshly
+// signed request, nonce recorded, per algorithm, store and stack. The
+// requests are all signed before the timer starts.
+func BenchmarkEngineVerify(b *testing.B) {
+	for name, open := range benchStores(b) {
+		for _, alg := range []string{"hmac", "ed25519"} {
+			for _, stack := range stacks {
+				b.Run(name+"/"+alg+"/"+stack, func(b *testing.B) {
+					signer, err := newSigner(alg, "")
+					if err != nil {
+						b.Fatal(err)
+					}
+					bodies, err := signedBodies(context.Background(), signer, "https://api.example.com/v1/orders?id=7", b.N)
+					if err != nil {
+						b.Fatal(err)
+					}
+					st := open()
+					defer st.Close()
+					h := newStack(b, stack, st)
+					var next atomic.Int64
+					b.ReportAllocs()
+					b.SetParallelism(16)
+					b.ResetTimer()
+					b.RunParallel(func(pb *testing.PB) {
+						for pb.Next() {
+							body := bodies[next.Add(1)-1]
+							if code, answer := serveJSON(h, "/v1/signatures/verify", body); code != http.StatusOK || !bytes.Contains(answer, verifiedStatus) {
+								b.Errorf("verify: %d %s", code, answer)
+								return
+							}
+						}
+					})
+				})
+			}
 		}
 	}
 }

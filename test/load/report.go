@@ -29,6 +29,7 @@ const (
 	targetP99Ms       = 25.0 // p99 over issue and redeem
 	targetP99Ratio    = 1.25 // p99, against the baseline's
 	targetMemRedeems  = 1e6  // memory store redeems/s
+	targetVerifyRatio = 0.60 // verified signed requests/s, against the baseline's GETDEL redeems/s
 	// sonyflakeCeiling is what sonyflake v1 issues at most per machine ID:
 	// 256 IDs per 10 ms.
 	sonyflakeCeiling = 25_600
@@ -128,6 +129,7 @@ type merged struct {
 	non2xx      int64
 	status5xx   int64
 	bad         int64 // transport errors and unexpected answers
+	drained     int   // rounds that ended because the prepared requests ran out
 	// Latencies in ms: exact for one round, from the merged histograms
 	// (within 2%) for several; max is exact.
 	p50, p90, p99, p999, max float64
@@ -142,14 +144,17 @@ func mergeRuns(runs []summary) []*merged {
 	by := map[string]*merged{}
 	hists := map[string][]map[string]int64{}
 	for _, r := range runs {
-		k := r.Label + "\x00" + r.Mode
+		k := r.Label + "\x00" + modeName(&r)
 		m := by[k]
 		if m == nil {
-			m = &merged{label: r.Label, mode: r.Mode, cpu: map[string]float64{}, numCPU: r.NumCPU}
+			m = &merged{label: r.Label, mode: modeName(&r), cpu: map[string]float64{}, numCPU: r.NumCPU}
 			by[k] = m
 			out = append(out, m)
 		}
 		m.rounds++
+		if r.StoppedBy == "pool" {
+			m.drained++
+		}
 		m.seconds += r.DurationS
 		m.ok += r.OK
 		m.roundOKPerS = append(m.roundOKPerS, r.OKPerS)
@@ -211,7 +216,7 @@ func writeRunTable(b *bytes.Buffer, runs []summary) {
 	b.WriteString("|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|--:|--:|\n")
 	for _, r := range runs {
 		fmt.Fprintf(b, "| %s | %s | %d | %.1f | %.0f | %.0f | %.2f | %.2f | %.2f | %.2f | %.2f | %d | %d | %d | %s | %s | %s |\n",
-			r.Label, r.Mode, r.Workers, r.DurationS, r.OKPerS, r.ReqPerS, r.P50Ms, r.P90Ms, r.P99Ms, r.P999Ms, r.MaxMs,
+			r.Label, modeName(&r), r.Workers, r.DurationS, r.OKPerS, r.ReqPerS, r.P50Ms, r.P90Ms, r.P99Ms, r.P999Ms, r.MaxMs,
 			r.Non2xx, r.Status5xx, r.Transport+r.Unexpected, cpuCell(r.CPUS), perSuccess(r.CPUS, r.OK), share(r.CPUS, r.DurationS, r.NumCPU))
 	}
 	b.WriteString("\n")
@@ -236,16 +241,24 @@ func writeMergedTable(b *bytes.Buffer, ms []*merged) {
 	b.WriteString("\n")
 }
 
-// writeRatios compares every target but the baseline with the baseline:
-// pairs with its pairs, forged-token rejections with its 204 no-op route.
+// against is the baseline mode each mode is compared with: pairs with its
+// pairs, forged-token rejections with its 204 no-op route, verified
+// signed requests (either algorithm) with its GETDEL redeems.
+func against(mode string) string {
+	if strings.HasPrefix(mode, "verify") {
+		return "redeem"
+	}
+	return map[string]string{"pairs": "pairs", "forged": "noop"}[mode]
+}
+
+// writeRatios compares every target but the baseline with the baseline.
 func writeRatios(b *bytes.Buffer, ms []*merged) {
-	against := map[string]string{"pairs": "pairs", "forged": "noop"}
 	var rows []string
 	for _, m := range ms {
 		if m.label == labelBaseline {
 			continue
 		}
-		base := find(ms, labelBaseline, against[m.mode])
+		base := find(ms, labelBaseline, against(m.mode))
 		if base == nil || base.okPerS <= 0 {
 			continue
 		}
@@ -337,6 +350,22 @@ func writeTargets(b *bytes.Buffer, runs []summary, benches []goBench) int {
 	} else {
 		row("forged rejections/s against the baseline's noop", "missing run", false)
 	}
+	redeem := find(ms, labelBaseline, "redeem")
+	var verifies []*merged
+	for _, m := range ms {
+		if m.label == labelReplayguard && strings.HasPrefix(m.mode, "verify") {
+			verifies = append(verifies, m)
+		}
+	}
+	for _, v := range verifies {
+		name := fmt.Sprintf("%s: verified signed requests/s ≥ 60%% of the baseline's GETDEL redeems/s", v.mode)
+		if redeem == nil || redeem.okPerS <= 0 {
+			row(name, "missing baseline redeem run", false)
+			continue
+		}
+		ratio := v.okPerS / redeem.okPerS
+		row(name, fmt.Sprintf("%.0f vs %.0f req/s = %.0f%%%s", v.okPerS, redeem.okPerS, ratio*100, crossCheck(v, redeem)), ratio >= targetVerifyRatio && v.bad == 0)
+	}
 	var n5xx, bad int64
 	for _, r := range runs {
 		n5xx += r.Status5xx
@@ -358,6 +387,11 @@ func writeTargets(b *bytes.Buffer, runs []summary, benches []goBench) int {
 		row("memory store > 1M redeems/s", "no BenchmarkRedeemParallel output", false)
 	}
 	b.WriteString("\n")
+	for _, m := range ms {
+		if m.drained > 0 {
+			fmt.Fprintf(b, "Note: %d of %d rounds of %s %s sent every prepared request before the duration was up (stopped by pool); their rates stand, over a shorter time. A larger -pool gives full-length rounds.\n\n", m.drained, m.rounds, m.label, m.mode)
+		}
+	}
 	if rgPairs != nil {
 		issues := rgPairs.okPerS
 		switch {

@@ -4,15 +4,19 @@
 #
 # It starts its own redis-server on a free loopback port (no persistence),
 # builds cmd/server, test/load/baseline and test/load, then:
-#   1. the Go benchmarks of token/, store/memory/ and store/redis/;
+#   1. the Go benchmarks of token/, store/memory/, store/redis/ and
+#      replay/ (BenchmarkVerify, on memory and the run's Redis);
 #   2. redis-benchmark for the Redis operations behind issue and redeem;
 #   3. the load program against both servers: pairs for each, forged tokens
-#      against Replayguard, the 204 no-op route against the baseline; in
-#      ROUNDS rounds, each in the reverse order of the one before (ABCD
-#      DCBA), so that a drift in what else the machine is doing falls on
-#      both sides of every comparison alike; with VARIANTS=1 (default) a
-#      second Replayguard with per-request logging off runs pairs and
-#      forged in the same rounds;
+#      against Replayguard, the 204 no-op route against the baseline,
+#      signed requests (hmac-sha256 and ed25519) against Replayguard's
+#      POST /v1/signatures/verify, and redeems of pre-issued tokens
+#      against the baseline's GETDEL route; in ROUNDS rounds, each in the
+#      reverse order of the one before (ABCD DCBA), so that a drift in
+#      what else the machine is doing falls on both sides of every
+#      comparison alike; with VARIANTS=1 (default) a second Replayguard
+#      with per-request logging off runs pairs and forged in the same
+#      rounds;
 #   4. the report: tables and target pass/miss (load report).
 # Every process it starts is stopped by pid at exit, pass or fail. Traffic
 # goes to 127.0.0.1 only.
@@ -21,10 +25,15 @@
 #   DURATION=2.5s  length of each load run
 #   ROUNDS=4       rounds of the load runs (4 x 2.5s = 10s per mode)
 #   WORKERS=64     concurrent workers of each load run
+#   VERIFY_POOL=36000  signed requests prepared before each verify run
+#   REDEEM_POOL=70000  tokens issued before each redeem run; each request
+#                  is sent once, so a run that uses them all up ends early
+#                  (the report says so): raise both with DURATION
 #   PROFILE=1      afterwards, perf-record each server during one more 5s
-#                  run of each of the four main load runs, print the top
-#                  symbols and the split of server CPU by category (load
-#                  perfsplit); the measured runs are never profiled
+#                  run of each load run but the logging-off variant's,
+#                  print the top symbols and the split of server CPU by
+#                  category (load perfsplit); the measured runs are never
+#                  profiled
 #   KEEP=1         keep the work directory (logs, JSON lines, report)
 #   REV=<commit>   measure that commit (git archive) instead of the work
 #                  tree; test/load itself always comes from the work tree
@@ -64,6 +73,8 @@ fi
 DURATION=${DURATION:-2.5s}
 ROUNDS=${ROUNDS:-4}
 WORKERS=${WORKERS:-64}
+VERIFY_POOL=${VERIFY_POOL:-36000}
+REDEEM_POOL=${REDEEM_POOL:-70000}
 PROFILE=${PROFILE:-0}
 KEEP=${KEEP:-0}
 REV=${REV:-}
@@ -165,13 +176,15 @@ else
 	echo "source: work tree at $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git status --porcelain 2>/dev/null | grep -q . && echo ', with uncommitted changes')"
 fi
 echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
-echo "load: $ROUNDS rounds of $DURATION per mode, $WORKERS workers"
+echo "load: $ROUNDS rounds of $DURATION per mode, $WORKERS workers; pools: $VERIFY_POOL signed requests per verify run, $REDEEM_POOL tokens per redeem run"
 echo "priority: niceness $NICE; autogroup: $(cat /proc/self/autogroup 2>/dev/null || echo none)"
 
 section build
 go build -o "$WORK/server" ./cmd/server
 go build -o "$WORK/baseline" ./test/load/baseline
 go build -o "$WORK/load" ./test/load
+# The client keys verify mode signs with: fixed test keys (load clientkeys).
+(umask 077 && "$WORK/load" clientkeys >"$WORK/client-keys.json")
 echo ok
 
 section redis
@@ -208,6 +221,13 @@ if grep -qs '^func Benchmark' store/redis/*_test.go; then
 else
 	echo "store/redis has no benchmarks"
 fi
+if grep -qs '^func BenchmarkVerify' replay/*_test.go; then
+	echo '$ go test -run XXX -bench BenchmarkVerify ./replay/'
+	N go test -run XXX -bench BenchmarkVerify ./replay/ | tee "$WORK/gobench-replay.txt"
+	GOBENCH+=",$WORK/gobench-replay.txt"
+else
+	echo "replay has no BenchmarkVerify"
+fi
 unset REPLAYGUARD_TEST_REDIS_URL
 rcli flushall >/dev/null
 
@@ -243,6 +263,7 @@ nice -n "$NICE" env -i PATH="$PATH" HOME="${HOME:-/root}" \
 	REPLAYGUARD_REDIS_URL="redis://127.0.0.1:$REDIS_PORT/0" \
 	REPLAYGUARD_SIGNING_KEYS="$SIGNING_KEYS" \
 	REPLAYGUARD_MACHINE_ID=1 \
+	REPLAYGUARD_CLIENT_KEYS="$WORK/client-keys.json" \
 	"$WORK/server" >"$WORK/server.log" 2>&1 &
 RG_PID=$!
 PIDS+=("$RG_PID")
@@ -251,14 +272,20 @@ BL_PID=$!
 PIDS+=("$BL_PID")
 wait_http "http://127.0.0.1:$RG_PORT/readyz" GET 200 "$RG_PID" || die "replayguard did not get ready: $(tail -5 "$WORK/server.log")"
 wait_http "http://127.0.0.1:$BL_PORT/noop" POST 204 "$BL_PID" || die "baseline did not start: $(tail -5 "$WORK/baseline.log")"
-echo "replayguard on 127.0.0.1:$RG_PORT (pid $RG_PID): REPLAYGUARD_ISSUE_RATE=0, no API keys, Redis db 0, REPLAYGUARD_MACHINE_ID=1, logs to a file"
+echo "replayguard on 127.0.0.1:$RG_PORT (pid $RG_PID): REPLAYGUARD_ISSUE_RATE=0, no API keys, Redis db 0, REPLAYGUARD_MACHINE_ID=1, REPLAYGUARD_CLIENT_KEYS (load clientkeys), logs to a file"
 echo "baseline    on 127.0.0.1:$BL_PORT (pid $BL_PID): Redis db 1"
+# Each entry: label mode port pid [load flags...]. PROFILED lists the
+# entries PROFILE=1 profiles.
 PLAN=(
 	"replayguard pairs $RG_PORT $RG_PID"
 	"baseline pairs $BL_PORT $BL_PID"
 	"replayguard forged $RG_PORT $RG_PID"
 	"baseline noop $BL_PORT $BL_PID"
+	"replayguard verify $RG_PORT $RG_PID -alg hmac -pool $VERIFY_POOL"
+	"replayguard verify $RG_PORT $RG_PID -alg ed25519 -pool $VERIFY_POOL"
+	"baseline redeem $BL_PORT $BL_PID -pool $REDEEM_POOL"
 )
+PROFILED=(0 1 2 3 4 5 6)
 if [[ "$VARIANTS" == 1 ]]; then
 	# The same server with its per-request log lines dropped (they are at
 	# level info): what request logging costs. Its own machine ID and key
@@ -289,9 +316,10 @@ RUNS="$WORK/runs.jsonl"
 UNCLEAN=0
 load() {
 	local label=$1 mode=$2 port=$3 pid=$4
-	echo "\$ load -url http://127.0.0.1:$port -label $label -mode $mode -workers $WORKERS -duration $DURATION"
+	shift 4
+	echo "\$ load -url http://127.0.0.1:$port -label $label -mode $mode -workers $WORKERS -duration $DURATION $*"
 	N "$WORK/load" -url "http://127.0.0.1:$port" -label "$label" -mode "$mode" \
-		-workers "$WORKERS" -duration "$DURATION" \
+		-workers "$WORKERS" -duration "$DURATION" "$@" \
 		-watch "server:$pid,redis:$REDIS_PID" -json "$RUNS" || UNCLEAN=$((UNCLEAN + 1))
 	echo
 }
@@ -321,20 +349,41 @@ if [[ "$PROFILE" == 1 ]]; then
 	command -v perf >/dev/null 2>&1 || die "perf not found (apt-get install linux-perf)"
 	PRUNS="$WORK/profile-runs.jsonl"
 	SPLIT=()
-	for i in 0 1 2 3; do
+	for i in "${PROFILED[@]}"; do
 		# shellcheck disable=SC2086 # the plan's fields are words
 		set -- ${PLAN[$i]}
 		label=$1 mode=$2 port=$3 pid=$4
-		perf record -F 999 -g -p "$pid" -o "$WORK/perf-$label-$mode.data" -- sleep 5 >"$WORK/perf-$label-$mode.log" 2>&1 &
+		shift 4
+		# The report's name of the mode: verify/hmac for -mode verify -alg hmac.
+		name=$mode
+		if [[ " $* " =~ " -alg "([a-z0-9]+)" " ]]; then
+			name="$mode/${BASH_REMATCH[1]}"
+		fi
+		# A 5s run: twice the prepared requests of a measured run.
+		extra=()
+		if [[ " $* " =~ " -pool "([0-9]+)" " ]]; then
+			extra=(-pool "$((2 * BASH_REMATCH[1]))")
+		fi
+		file="$WORK/perf-$label-${name//\//-}"
+		# perf records 4.5s from the start of the 5s timed phase, which
+		# the load program signals with -ready-file once its requests are
+		# prepared, so that neither signing nor issuing is profiled.
+		rm -f "$WORK/ready"
+		nice -n "$NICE" "$WORK/load" -url "http://127.0.0.1:$port" -label "$label" -mode "$mode" \
+			-workers "$WORKERS" -duration 5s "$@" "${extra[@]}" -ready-file "$WORK/ready" \
+			-watch "server:$pid,redis:$REDIS_PID" -json "$PRUNS" >/dev/null &
+		LOAD_PID=$!
+		PIDS+=("$LOAD_PID")
+		while [[ ! -e "$WORK/ready" ]] && kill -0 "$LOAD_PID" 2>/dev/null; do sleep 0.05; done
+		perf record -F 999 -g -p "$pid" -o "$file.data" -- sleep 4.5 >"$file.log" 2>&1 &
 		PERF_PID=$!
 		PIDS+=("$PERF_PID")
-		N "$WORK/load" -url "http://127.0.0.1:$port" -label "$label" -mode "$mode" \
-			-workers "$WORKERS" -duration 5s -watch "server:$pid,redis:$REDIS_PID" -json "$PRUNS" >/dev/null || true
+		wait "$LOAD_PID" || true
 		wait "$PERF_PID" || true
-		perf script -i "$WORK/perf-$label-$mode.data" >"$WORK/perf-$label-$mode.txt" 2>/dev/null
-		SPLIT+=("$label:$mode=$WORK/perf-$label-$mode.txt")
-		echo "--- $label $mode: top symbols by inclusive share of server CPU"
-		perf report -i "$WORK/perf-$label-$mode.data" --children --sort symbol --stdio -g none 2>/dev/null |
+		perf script -i "$file.data" >"$file.txt" 2>/dev/null
+		SPLIT+=("$label:$name=$file.txt")
+		echo "--- $label $name: top symbols by inclusive share of server CPU"
+		perf report -i "$file.data" --children --sort symbol --stdio -g none 2>/dev/null |
 			grep '%' | grep -v '\[k\]' | sed -E 's/ +- +- *$//; s/ +$//' | head -40 || true
 	done
 	# Shares come from the profiles; µs from the measured (unprofiled) runs'

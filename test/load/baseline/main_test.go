@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -148,6 +149,45 @@ func BenchmarkPair(b *testing.B) {
 				return
 			}
 			if w := post(h, "/v1/tokens/redeem", got.Token); w.Code != http.StatusOK {
+				b.Errorf("redeem: %d %s", w.Code, w.Body)
+				return
+			}
+		}
+	})
+}
+
+// BenchmarkRedeem prices one GETDEL redeem through the router, in process,
+// on the Redis at REPLAYGUARD_TEST_REDIS_URL (skipped when it is unset),
+// for comparison with test/load's BenchmarkEngineVerify. The tokens are
+// all issued before the timer starts.
+func BenchmarkRedeem(b *testing.B) {
+	url := os.Getenv("REPLAYGUARD_TEST_REDIS_URL")
+	if url == "" {
+		b.Skip("REPLAYGUARD_TEST_REDIS_URL is not set")
+	}
+	o, err := goredis.ParseURL(url)
+	if err != nil {
+		b.Fatal(err)
+	}
+	rdb := goredis.NewClient(o)
+	defer rdb.Close()
+	h := newRouter(rdb)
+	toks := make([]string, b.N)
+	for i := range toks {
+		w := post(h, "/v1/tokens", "")
+		var got issued
+		if w.Code != http.StatusCreated || json.Unmarshal(w.Body.Bytes(), &got) != nil {
+			b.Fatalf("issue: %d %s", w.Code, w.Body)
+		}
+		toks[i] = got.Token
+	}
+	var next atomic.Int64
+	b.ReportAllocs()
+	b.SetParallelism(16)
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			if w := post(h, "/v1/tokens/redeem", toks[next.Add(1)-1]); w.Code != http.StatusOK {
 				b.Errorf("redeem: %d %s", w.Code, w.Body)
 				return
 			}
