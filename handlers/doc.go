@@ -1,8 +1,10 @@
 // Package handlers puts Replayguard's single-use tokens on HTTP: the token
 // API (issue and redeem), the standalone server's engine, a Guard
-// middleware that protects an application's own routes, and a
+// middleware that protects an application's own routes, a
 // SignatureGuard middleware for signed requests (RFC 9421, see package
-// replay).
+// replay), and an IdempotencyGuard middleware that replays the response
+// of a request's one execution to its duplicates (see package
+// idempotency).
 //
 // # Token API
 //
@@ -44,6 +46,25 @@
 // the verified key ID is available through SignatureFrom. WithScheme and
 // WithAuthority fix the target URI behind a proxy.
 //
+// # IdempotencyGuard
+//
+// An IdempotencyGuard runs a route's handler once per Idempotency-Key
+// (draft-ietf-httpapi-idempotency-key-header) and answers every duplicate
+// with the stored response of that run, marked Idempotent-Replayed: true.
+// Idempotent (Gin) and IdempotentHandler (net/http) share one core over
+// an idempotency.Keeper, which holds the lease, retention and body cap:
+//
+//	keeper := idempotency.New(st) // 60s lease, 24h retention, 1 MiB bodies
+//	orders := handlers.NewIdempotencyGuard(keeper, handlers.WithScope(handlers.ScopeHeader("Authorization")))
+//	r.POST("/orders", orders.Idempotent(), createOrder)
+//
+// Keys are scoped to the caller, the method and the route; the request
+// fingerprint (method, route, path, query and canonical body) tells a
+// retry from a reused key. The response is buffered and the record
+// completed before the first byte goes out; a 5xx or a panic releases the
+// record so the retry runs, a 4xx is stored. WithFingerprintMode collapses
+// keyless double submits inside a short window.
+//
 // # Errors
 //
 // Every refusal is an RFC 9457 application/problem+json answer with a
@@ -52,6 +73,8 @@
 // that maps errors to statuses and codes:
 //
 //	400 invalid_request      malformed body, purpose, subject or TTL; no token sent
+//	400 invalid_idempotency_key  Idempotency-Key is not one sf-string of 1 to 255 characters
+//	400 idempotency_key_missing  the route requires an Idempotency-Key
 //	401 unauthorized         REPLAYGUARD_API_KEYS is set and the Bearer key is missing or wrong
 //	401 token_invalid        malformed, forged, unknown kid, not HS256
 //	401 token_expired        exp has passed
@@ -66,7 +89,10 @@
 //	404 not_found            no such route
 //	405 method_not_allowed   the route exists for other methods
 //	409 token_used           already redeemed
-//	413 payload_too_large    body over MaxBodyBytes (64 KiB; replay.MaxBodyBytes for SignatureGuard)
+//	409 request_in_progress  the key's first request is still running; Retry-After says when to retry
+//	409 response_not_stored  the key's response was over the size cap, so it cannot be replayed
+//	413 payload_too_large    body over MaxBodyBytes (64 KiB; replay.MaxBodyBytes for SignatureGuard, WithMaxRequestBody for IdempotencyGuard)
+//	422 idempotency_key_reused  the key was used for another request (method, route or body)
 //	429 rate_limited         over the per-IP issue rate; Retry-After says when to retry
 //	503 store_full           the bounded memory store is full
 //	503 store_unavailable    the store did not confirm: nothing was done

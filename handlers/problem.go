@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/replayguard/replayguard/idempotency"
 	"github.com/replayguard/replayguard/replay"
 	"github.com/replayguard/replayguard/token"
 )
@@ -68,6 +69,8 @@ type problemSpec struct {
 var problems = []problemSpec{
 	{token.ErrBadRequest, http.StatusBadRequest, "invalid_request", "Invalid request", "The request is malformed."},
 	{ErrBadRequest, http.StatusBadRequest, "invalid_request", "Invalid request", "The request is malformed."},
+	{idempotency.ErrKeyMissing, http.StatusBadRequest, "idempotency_key_missing", "Idempotency key missing", "This route requires an Idempotency-Key header, such as Idempotency-Key: \"8e03978e-40d5-43e8-bc93-6894a57f9324\"."},
+	{idempotency.ErrInvalidKey, http.StatusBadRequest, "invalid_idempotency_key", "Invalid idempotency key", "The Idempotency-Key header must be one RFC 8941 sf-string of 1 to 255 characters, such as \"8e03978e-40d5-43e8-bc93-6894a57f9324\"."},
 	{ErrUnauthorized, http.StatusUnauthorized, "unauthorized", "Missing or invalid API key", "Send Authorization: Bearer <API key>."},
 	{token.ErrInvalid, http.StatusUnauthorized, "token_invalid", "Invalid token", "The token is malformed, forged, or signed with a key this server does not know. Fetch a new token."},
 	{token.ErrExpired, http.StatusUnauthorized, "token_expired", "Token expired", "The token has expired. Fetch a new token."},
@@ -82,10 +85,15 @@ var problems = []problemSpec{
 	{ErrNotFound, http.StatusNotFound, "not_found", "Not found", "No such route."},
 	{ErrMethodNotAllowed, http.StatusMethodNotAllowed, "method_not_allowed", "Method not allowed", "The route exists for other methods."},
 	{token.ErrUsed, http.StatusConflict, "token_used", "Token already used", "The token was already redeemed. Fetch a new token for a new request."},
+	{idempotency.ErrInProgress, http.StatusConflict, "request_in_progress", "Request in progress", "A request with this idempotency key is still being processed. Retry after Retry-After seconds to get its response."},
+	{idempotency.ErrNotStored, http.StatusConflict, "response_not_stored", "Response not stored", "The request with this idempotency key was processed, but its response was too large to store, so it cannot be repeated."},
+	{idempotency.ErrFingerprintMismatch, http.StatusUnprocessableEntity, "idempotency_key_reused", "Idempotency key reused", "This idempotency key was used for a different request (another method, route or body). Use a new key for a new request."},
 	{ErrTooLarge, http.StatusRequestEntityTooLarge, "payload_too_large", "Payload too large", "The body is over 64 KiB."},
 	{ErrRateLimited, http.StatusTooManyRequests, "rate_limited", "Too many requests", "Too many tokens for this client; retry after Retry-After seconds."},
 	{token.ErrStoreFull, http.StatusServiceUnavailable, "store_full", "Token store full", "The token store holds as many live tokens as it may. Retry later."},
 	{token.ErrUnavailable, http.StatusServiceUnavailable, "store_unavailable", "Store unavailable", "The store did not confirm the operation; nothing was done. Retry later."},
+	{idempotency.ErrStoreFull, http.StatusServiceUnavailable, "store_full", "Store full", "The store holds as many live records as it may; the request was not processed. Retry later."},
+	{idempotency.ErrUnavailable, http.StatusServiceUnavailable, "store_unavailable", "Store unavailable", "The store did not confirm the idempotency record; the request was not processed. Retry later."},
 	{replay.ErrUnavailable, http.StatusServiceUnavailable, "store_unavailable", "Store unavailable", "The store did not record the signature's nonce; the request was refused. Retry later."},
 }
 

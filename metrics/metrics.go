@@ -89,7 +89,7 @@ func (m *Metrics) Instrument(st store.Store) store.Store {
 		return st
 	}
 	is := &instrumented{Store: st, m: m, obs: map[string]prometheus.Observer{}, errs: map[string]prometheus.Counter{}}
-	for _, op := range []string{"put", "redeem", "nonce", "ping", "allow"} {
+	for _, op := range []string{"put", "redeem", "nonce", "acquire", "renew", "complete", "release", "ping", "allow"} {
 		is.obs[op] = m.storeDur.WithLabelValues(op)
 		is.errs[op] = m.storeErrs.WithLabelValues(op)
 	}
@@ -131,6 +131,34 @@ func (s *instrumented) PutNonce(ctx context.Context, scope, nonce string, exp ti
 	start := time.Now()
 	ok, err := s.Store.PutNonce(ctx, scope, nonce, exp)
 	s.done("nonce", start, err)
+	return ok, err
+}
+
+func (s *instrumented) Acquire(ctx context.Context, key, fingerprint, owner string, leaseUntil time.Time) (store.Record, bool, error) {
+	start := time.Now()
+	rec, ok, err := s.Store.Acquire(ctx, key, fingerprint, owner, leaseUntil)
+	s.done("acquire", start, err)
+	return rec, ok, err
+}
+
+func (s *instrumented) Renew(ctx context.Context, key, owner string, leaseUntil time.Time) (bool, error) {
+	start := time.Now()
+	ok, err := s.Store.Renew(ctx, key, owner, leaseUntil)
+	s.done("renew", start, err)
+	return ok, err
+}
+
+func (s *instrumented) Complete(ctx context.Context, key, owner string, response []byte, keepUntil time.Time) (bool, error) {
+	start := time.Now()
+	ok, err := s.Store.Complete(ctx, key, owner, response, keepUntil)
+	s.done("complete", start, err)
+	return ok, err
+}
+
+func (s *instrumented) Release(ctx context.Context, key, owner string) (bool, error) {
+	start := time.Now()
+	ok, err := s.Store.Release(ctx, key, owner)
+	s.done("release", start, err)
 	return ok, err
 }
 

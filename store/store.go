@@ -13,8 +13,9 @@ import (
 )
 
 var (
-	// ErrFull is returned by PutToken when a bounded store holds as many
-	// live entries as it may. Live entries are never evicted to make room.
+	// ErrFull is returned by PutToken, PutNonce and Acquire when a bounded
+	// store holds as many live entries as it may. Live entries are never
+	// evicted to make room.
 	ErrFull = errors.New("store: full")
 	// ErrClosed is returned by any call made after Close.
 	ErrClosed = errors.New("store: closed")
@@ -90,6 +91,35 @@ type Store interface {
 	// is full returns ErrFull. scope and nonce may hold any bytes.
 	PutNonce(ctx context.Context, scope, nonce string, expiresAt time.Time) (fresh bool, err error)
 
+	// Acquire opens a processing record under key, owned by owner and
+	// leased until leaseUntil, when no live record exists: acquired is
+	// true. Otherwise acquired is false and rec is the live record found,
+	// processing or completed. Exactly one of any number of concurrent
+	// callers acquires a key. When acquired, rec is the new record. A
+	// bounded store that is full returns ErrFull, except when a live record
+	// holds key: that is found as usual.
+	//
+	// For Acquire, Renew and Complete, an expiry time that has already
+	// passed acts as if set and reached at once: the call succeeds and
+	// leaves no record, so the next Acquire acquires.
+	Acquire(ctx context.Context, key, fingerprint, owner string, leaseUntil time.Time) (rec Record, acquired bool, err error)
+
+	// Renew extends the lease of owner's processing record under key to
+	// leaseUntil. ok is false when the record is gone, completed or held
+	// by another owner.
+	Renew(ctx context.Context, key, owner string, leaseUntil time.Time) (ok bool, err error)
+
+	// Complete turns owner's processing record under key into a completed
+	// record holding response (any bytes; the store keeps its own copy),
+	// kept until keepUntil, which replaces the lease's expiry. ok is false
+	// when the record is gone, completed or held by another owner.
+	Complete(ctx context.Context, key, owner string, response []byte, keepUntil time.Time) (ok bool, err error)
+
+	// Release deletes owner's processing record under key, so that a retry
+	// runs. ok is false when the record is gone, completed or held by
+	// another owner.
+	Release(ctx context.Context, key, owner string) (ok bool, err error)
+
 	// Ping reports whether the store can serve requests now.
 	Ping(ctx context.Context) error
 
@@ -97,6 +127,22 @@ type Store interface {
 	// waits for it. Calls after Close return ErrClosed (or the client's own
 	// closed error for stores that wrap a caller's client).
 	Close() error
+}
+
+// Record is an idempotency record: processing while its first execution
+// runs under a lease, then completed with the outcome every duplicate
+// gets.
+type Record struct {
+	// Completed is false while the record is processing.
+	Completed bool
+	// Fingerprint is the first request's fingerprint, so a reused key with
+	// another request can be told apart.
+	Fingerprint string
+	// Owner identifies the execution that holds a processing record.
+	Owner string
+	// Response is a completed record's stored outcome, opaque to the store.
+	// It is the caller's own copy.
+	Response []byte
 }
 
 // Limit is a rate: Rate events per Period, with bursts of up to Burst.

@@ -1,12 +1,18 @@
 // Package memory is the embedded, single-instance store: sharded maps of
 // expiring entries, bounded in size, swept by a janitor goroutine.
 //
+// Tokens, nonces and idempotency records share the maps and the bound
+// (WithMaxEntries): each is one entry, and every operation on it is atomic
+// under its shard's lock. Nonce keys begin with "\x00n" and record keys
+// with "\x00r", which no token ID does, so the three never collide.
+//
 // It is the default when no Redis is configured. Everything it holds is
 // lost on restart and is not shared between processes, so run one
 // instance only. It imports nothing of Replayguard but the store contract.
 package memory
 
 import (
+	"bytes"
 	"context"
 	"hash/maphash"
 	"math"
@@ -60,7 +66,25 @@ type shard struct {
 
 type entry struct {
 	purpose, subject string
-	exp              int64 // unix ns
+	exp              int64   // unix ns
+	rec              *record // set for an idempotency record only
+}
+
+// record is an idempotency record's content. A stored record is never
+// modified: Complete stores a new one, so a reader may use the pointer
+// it took under the shard lock after releasing the lock.
+type record struct {
+	completed          bool
+	fingerprint, owner string
+	response           []byte
+}
+
+// export returns r as a store.Record with its own copy of the response.
+func (r *record) export() store.Record {
+	if r == nil {
+		return store.Record{}
+	}
+	return store.Record{Completed: r.completed, Fingerprint: r.fingerprint, Owner: r.owner, Response: bytes.Clone(r.response)}
 }
 
 type limShard struct {
@@ -77,9 +101,10 @@ var (
 // Option configures a Store.
 type Option func(*Store)
 
-// WithMaxEntries bounds how many tokens the store holds at once. Exactly
-// n live tokens fit; redeeming or expiry frees a slot; PutToken past the
-// bound returns store.ErrFull and never evicts a live token.
+// WithMaxEntries bounds how many entries (tokens, nonces and idempotency
+// records together) the store holds at once. Exactly n live entries fit;
+// redeeming, releasing or expiry frees a slot; PutToken, PutNonce and
+// Acquire past the bound return store.ErrFull and never evict a live entry.
 // Defaults to DefaultMaxEntries (1,000,000); n <= 0 keeps the default.
 func WithMaxEntries(n int) Option {
 	return func(s *Store) {
@@ -164,36 +189,58 @@ func (s *Store) PutToken(ctx context.Context, id string, t store.Token, expiresA
 	if exp <= now {
 		return true, nil // stored and expired at once, as Redis does
 	}
-	sh := &s.shards[s.shardIndex(id)]
-	// A live entry under id is refused as such, even when the store is
-	// full: the caller then tries another ID instead of giving up.
+	_, created, err := s.put(id, entry{purpose: t.Purpose, subject: t.Subject, exp: exp}, now)
+	return created, err
+}
+
+// put stores e under k when no live entry holds k, taking a slot of the
+// bound. Otherwise it returns the live entry and false. A live entry is
+// reported as such even when the store is full, so that a caller holding
+// a taken ID tries another one (or sees the record it raced for) instead
+// of giving up; only a new entry that does not fit is store.ErrFull.
+// e.exp must be after now.
+func (s *Store) put(k string, e entry, now int64) (entry, bool, error) {
+	sh := &s.shards[s.shardIndex(k)]
 	sh.mu.Lock()
-	old, ok := sh.m[id]
+	old, ok := sh.m[k]
 	sh.mu.Unlock()
 	if ok && old.exp > now {
-		return false, nil
+		return old, false, nil
 	}
+	// reserve may sweep every shard: it must run without a shard lock.
 	if !s.reserve(now) {
-		return false, store.ErrFull
+		sh.mu.Lock()
+		old, ok := sh.m[k]
+		sh.mu.Unlock()
+		if ok && old.exp > now {
+			return old, false, nil
+		}
+		return entry{}, false, store.ErrFull
 	}
 	sh.mu.Lock()
-	if old, ok := sh.m[id]; ok {
+	if old, ok := sh.m[k]; ok {
 		if old.exp > now {
 			sh.mu.Unlock()
 			s.n.Add(-1)
-			return false, nil
+			return old, false, nil
 		}
 		s.n.Add(-1) // replacing an expired entry takes no new slot
 	}
-	sh.m[id] = entry{purpose: t.Purpose, subject: t.Subject, exp: exp}
+	sh.m[k] = e
 	sh.mu.Unlock()
+	s.lowerMinExp(e.exp)
+	return entry{}, true, nil
+}
+
+// lowerMinExp keeps minExp a lower bound after an entry expiring at exp
+// was stored.
+func (s *Store) lowerMinExp(exp int64) {
 	for {
 		m := s.minExp.Load()
 		if exp >= m || s.minExp.CompareAndSwap(m, exp) {
-			break
+			return
 		}
 	}
-	return true, nil
 }
 
 // PutNonce implements store.Store. Nonces share the entry bound with
@@ -271,7 +318,7 @@ func (s *Store) RedeemToken(ctx context.Context, id string, want store.Token) (s
 	defer sh.mu.Unlock()
 	e, ok := sh.m[id]
 	switch {
-	case !ok:
+	case !ok || e.rec != nil:
 		return store.Absent, nil
 	case e.exp <= now:
 		delete(sh.m, id)
@@ -287,6 +334,106 @@ func (s *Store) RedeemToken(ctx context.Context, id string, want store.Token) (s
 	return store.Redeemed, nil
 }
 
+// recordKey is the map key of the idempotency record under key. The
+// "\x00r" prefix sets records apart from tokens and from nonces ("\x00n").
+func recordKey(key string) string { return "\x00r" + key }
+
+// Acquire implements store.Store. When acquired, rec is the new
+// processing record. A leaseUntil that has already passed acquires
+// without storing anything, as if the record had expired at once (Redis
+// does the same): a later Renew, Complete or Release then reports false.
+func (s *Store) Acquire(ctx context.Context, key, fingerprint, owner string, leaseUntil time.Time) (store.Record, bool, error) {
+	if err := s.check(ctx); err != nil {
+		return store.Record{}, false, err
+	}
+	now := s.now().UnixNano()
+	exp := leaseUntil.UnixNano()
+	k := recordKey(key)
+	if exp <= now {
+		sh := &s.shards[s.shardIndex(k)]
+		sh.mu.Lock()
+		old, ok := sh.m[k]
+		sh.mu.Unlock()
+		if ok && old.exp > now {
+			return old.rec.export(), false, nil
+		}
+		return store.Record{Fingerprint: fingerprint, Owner: owner}, true, nil
+	}
+	r := &record{fingerprint: fingerprint, owner: owner}
+	old, acquired, err := s.put(k, entry{exp: exp, rec: r}, now)
+	switch {
+	case err != nil:
+		return store.Record{}, false, err
+	case !acquired:
+		return old.rec.export(), false, nil
+	}
+	return r.export(), true, nil
+}
+
+// update runs f on owner's live processing record under key, under the
+// shard lock, and stores the entry f returns; ok is false and nothing
+// changes when there is no such record. An entry whose expiry has passed
+// is deleted instead of stored.
+func (s *Store) update(ctx context.Context, key, owner string, f func(e entry) entry) (bool, error) {
+	if err := s.check(ctx); err != nil {
+		return false, err
+	}
+	now := s.now().UnixNano()
+	k := recordKey(key)
+	sh := &s.shards[s.shardIndex(k)]
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	e, ok := sh.m[k]
+	switch {
+	case !ok:
+		return false, nil
+	case e.exp <= now:
+		delete(sh.m, k)
+		s.n.Add(-1)
+		return false, nil
+	case e.rec == nil || e.rec.completed || e.rec.owner != owner:
+		return false, nil
+	}
+	e = f(e)
+	if e.exp <= now {
+		delete(sh.m, k)
+		s.n.Add(-1)
+		return true, nil
+	}
+	sh.m[k] = e
+	s.lowerMinExp(e.exp)
+	return true, nil
+}
+
+// Renew implements store.Store. A leaseUntil that has already passed ends
+// the record at once: ok is true and the next Acquire acquires.
+func (s *Store) Renew(ctx context.Context, key, owner string, leaseUntil time.Time) (bool, error) {
+	exp := leaseUntil.UnixNano()
+	return s.update(ctx, key, owner, func(e entry) entry {
+		e.exp = exp
+		return e
+	})
+}
+
+// Complete implements store.Store. The store keeps its own copy of
+// response. A keepUntil that has already passed completes the record and
+// ends it at once: ok is true and the next Acquire acquires.
+func (s *Store) Complete(ctx context.Context, key, owner string, response []byte, keepUntil time.Time) (bool, error) {
+	exp := keepUntil.UnixNano()
+	resp := bytes.Clone(response) // outside the shard lock
+	return s.update(ctx, key, owner, func(e entry) entry {
+		return entry{exp: exp, rec: &record{completed: true, fingerprint: e.rec.fingerprint, owner: owner, response: resp}}
+	})
+}
+
+// Release implements store.Store.
+func (s *Store) Release(ctx context.Context, key, owner string) (bool, error) {
+	return s.update(ctx, key, owner, func(e entry) entry {
+		e.exp = math.MinInt64 // deleted by update
+		return e
+	})
+}
+
 // TTL returns how long the live entry under id has left, and false when
 // there is none. It is meant for tests and diagnostics.
 func (s *Store) TTL(id string) (time.Duration, bool) {
@@ -300,6 +447,11 @@ func (s *Store) TTL(id string) (time.Duration, bool) {
 	}
 	return time.Duration(e.exp - now), true
 }
+
+// RecordTTL returns how long the live idempotency record under key has
+// left, and false when there is none. It is meant for tests and
+// diagnostics.
+func (s *Store) RecordTTL(key string) (time.Duration, bool) { return s.TTL(recordKey(key)) }
 
 // Len returns how many entries the store holds, counting expired entries
 // the janitor has not removed yet.

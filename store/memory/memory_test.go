@@ -23,7 +23,7 @@ func TestConformance(t *testing.T) {
 	storetest.Run(t, func(t *testing.T) storetest.Instance {
 		c := newClock()
 		s := memory.New(memory.WithClock(c.Now))
-		return storetest.Instance{Store: s, Limiter: s, Now: c.Now, Advance: c.Advance, TTL: s.TTL}
+		return storetest.Instance{Store: s, Limiter: s, Now: c.Now, Advance: c.Advance, TTL: s.TTL, RecordTTL: s.RecordTTL}
 	})
 }
 
@@ -84,6 +84,80 @@ func TestBound(t *testing.T) {
 	}
 }
 
+// TestRecordBound checks that idempotency records count against the same
+// bound as tokens, one entry each, and that a full store still answers
+// duplicates with the live record.
+func TestRecordBound(t *testing.T) {
+	ctx := context.Background()
+	const max = 10
+	c := newClock()
+	s := memory.New(memory.WithMaxEntries(max), memory.WithClock(c.Now), memory.WithJanitorInterval(time.Hour))
+	defer s.Close()
+	lease := func(d time.Duration) time.Time { return c.Now().Add(d) }
+	if ok, err := s.PutToken(ctx, "token", store.Token{Purpose: "p"}, lease(time.Hour)); err != nil || !ok {
+		t.Fatalf("put = %v, %v", ok, err)
+	}
+	if ok, err := s.PutNonce(ctx, "scope", "nonce", lease(time.Hour)); err != nil || !ok {
+		t.Fatalf("nonce = %v, %v", ok, err)
+	}
+	for i := range max - 3 {
+		if _, ok, err := s.Acquire(ctx, strconv.Itoa(i), "fp", "o", lease(time.Hour)); err != nil || !ok {
+			t.Fatalf("acquire %d = %v, %v", i, ok, err)
+		}
+	}
+	if _, ok, err := s.Acquire(ctx, "short", "fp", "o", lease(10*time.Second)); err != nil || !ok {
+		t.Fatalf("acquire short = %v, %v", ok, err)
+	}
+	if got := s.Len(); got != max {
+		t.Fatalf("Len = %d, want %d", got, max)
+	}
+	if _, _, err := s.Acquire(ctx, "overflow", "fp", "o", lease(time.Hour)); !errors.Is(err, store.ErrFull) {
+		t.Fatalf("acquire past the bound: err = %v, want ErrFull", err)
+	}
+	// A duplicate of a live record is answered, not refused.
+	if rec, ok, err := s.Acquire(ctx, "0", "fp2", "o2", lease(time.Hour)); err != nil || ok || rec.Fingerprint != "fp" {
+		t.Fatalf("duplicate in a full store = %+v, %v, %v; want the live record", rec, ok, err)
+	}
+	// Completing takes no new slot.
+	if ok, err := s.Complete(ctx, "0", "o", []byte("done"), lease(time.Hour)); err != nil || !ok {
+		t.Fatalf("complete in a full store = %v, %v", ok, err)
+	}
+	// Releasing frees one slot, and so does a lease that ends.
+	if ok, err := s.Release(ctx, "1", "o"); err != nil || !ok {
+		t.Fatalf("release = %v, %v", ok, err)
+	}
+	if _, ok, err := s.Acquire(ctx, "after-release", "fp", "o", lease(time.Hour)); err != nil || !ok {
+		t.Fatalf("acquire after release = %v, %v; want a slot", ok, err)
+	}
+	c.Advance(30 * time.Second)
+	if _, ok, err := s.Acquire(ctx, "after-expiry", "fp", "o", lease(time.Hour)); err != nil || !ok {
+		t.Fatalf("acquire after the lease ended = %v, %v; want a slot", ok, err)
+	}
+	if _, _, err := s.Acquire(ctx, "again", "fp", "o", lease(time.Hour)); !errors.Is(err, store.ErrFull) {
+		t.Fatalf("acquire with no slot freed: err = %v, want ErrFull", err)
+	}
+	if _, err := s.PutToken(ctx, "token2", store.Token{Purpose: "p"}, lease(time.Hour)); !errors.Is(err, store.ErrFull) {
+		t.Fatalf("put with the store full of records: err = %v, want ErrFull", err)
+	}
+}
+
+// TestRecordKeyIsNoToken checks that a token ID equal to a record's map key
+// cannot redeem or read the record.
+func TestRecordKeyIsNoToken(t *testing.T) {
+	ctx := context.Background()
+	s := memory.New()
+	defer s.Close()
+	if _, ok, err := s.Acquire(ctx, "k", "fp", "o", time.Now().Add(time.Minute)); err != nil || !ok {
+		t.Fatalf("acquire = %v, %v", ok, err)
+	}
+	if res, err := s.RedeemToken(ctx, "\x00rk", store.Token{}); err != nil || res != store.Absent {
+		t.Fatalf("redeem of the record's map key = %v, %v; want absent", res, err)
+	}
+	if _, ok, _ := s.Acquire(ctx, "k", "fp2", "o2", time.Now().Add(time.Minute)); ok {
+		t.Fatal("record lost")
+	}
+}
+
 func TestJanitorRemovesExpiredEntries(t *testing.T) {
 	c := newClock()
 	s := memory.New(memory.WithClock(c.Now), memory.WithJanitorInterval(time.Millisecond))
@@ -122,6 +196,18 @@ func TestClosedStoreRefusesCalls(t *testing.T) {
 	}
 	if err := s.Ping(ctx); !errors.Is(err, store.ErrClosed) {
 		t.Fatalf("ping after close: %v", err)
+	}
+	if _, _, err := s.Acquire(ctx, "x", "fp", "o", time.Now().Add(time.Minute)); !errors.Is(err, store.ErrClosed) {
+		t.Fatalf("acquire after close: %v", err)
+	}
+	if _, err := s.Renew(ctx, "x", "o", time.Now().Add(time.Minute)); !errors.Is(err, store.ErrClosed) {
+		t.Fatalf("renew after close: %v", err)
+	}
+	if _, err := s.Complete(ctx, "x", "o", nil, time.Now().Add(time.Minute)); !errors.Is(err, store.ErrClosed) {
+		t.Fatalf("complete after close: %v", err)
+	}
+	if _, err := s.Release(ctx, "x", "o"); !errors.Is(err, store.ErrClosed) {
+		t.Fatalf("release after close: %v", err)
 	}
 }
 
@@ -166,6 +252,66 @@ func BenchmarkRedeemParallel(b *testing.B) {
 		}
 	})
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "redeems/s")
+}
+
+// BenchmarkAcquireComplete runs one first execution's store work per
+// iteration, on distinct keys from parallel goroutines: Acquire, then
+// Complete with a 1 KiB response.
+func BenchmarkAcquireComplete(b *testing.B) {
+	s := memory.New(memory.WithMaxEntries(b.N + 1))
+	defer s.Close()
+	ctx := context.Background()
+	resp := make([]byte, 1024)
+	exp := time.Now().Add(time.Hour)
+	var next atomic.Int64
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			key := strconv.FormatInt(next.Add(1), 10)
+			if _, ok, err := s.Acquire(ctx, key, "fingerprint", "owner", exp); err != nil || !ok {
+				b.Errorf("acquire %s = %v, %v", key, ok, err)
+				return
+			}
+			if ok, err := s.Complete(ctx, key, "owner", resp, exp); err != nil || !ok {
+				b.Errorf("complete %s = %v, %v", key, ok, err)
+				return
+			}
+		}
+	})
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "executions/s")
+}
+
+// BenchmarkAcquireReplay is a duplicate's store work: one Acquire that
+// finds a completed record with a 1 KiB response, from parallel goroutines.
+func BenchmarkAcquireReplay(b *testing.B) {
+	s := memory.New()
+	defer s.Close()
+	ctx := context.Background()
+	exp := time.Now().Add(time.Hour)
+	const keys = 1024
+	for i := range keys {
+		key := strconv.Itoa(i)
+		if _, ok, err := s.Acquire(ctx, key, "fingerprint", "owner", exp); err != nil || !ok {
+			b.Fatal(ok, err)
+		}
+		if ok, err := s.Complete(ctx, key, "owner", make([]byte, 1024), exp); err != nil || !ok {
+			b.Fatal(ok, err)
+		}
+	}
+	var next atomic.Int64
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			key := strconv.FormatInt(next.Add(1)%keys, 10)
+			if rec, ok, err := s.Acquire(ctx, key, "fingerprint", "other", exp); err != nil || ok || !rec.Completed {
+				b.Errorf("acquire %s = %v, %v, %v", key, rec.Completed, ok, err)
+				return
+			}
+		}
+	})
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "replays/s")
 }
 
 func BenchmarkPut(b *testing.B) {

@@ -1,5 +1,5 @@
-// Package redis is the shared store: tokens and rate-limit counters kept in
-// Redis, so that any number of Replayguard instances can serve one set of
+// Package redis is the shared store: tokens, nonces, idempotency records and
+// rate-limit counters kept in Redis, so that any number of Replayguard instances can serve one set of
 // tokens. It works with any go-redis client: a single server, Sentinel
 // (failover), Ring or Redis Cluster.
 //
@@ -9,18 +9,35 @@
 //     for sub-second times) at expiresAt;
 //   - RedeemToken is one Lua script (redeem.lua) that compares purpose and
 //     subject and deletes the token only when both match;
+//   - PutNonce is SET key 1 NX with an absolute expiry;
+//   - Acquire is one Lua script (acquire.lua) that returns the live
+//     idempotency record under a key or, when there is none, opens a
+//     processing one, in one round trip;
+//   - Renew, Complete and Release are one Lua script each (renew.lua,
+//     complete.lua, release.lua) that check the record's owner and state
+//     before moving its expiry, storing the response, or deleting it;
 //   - Allow is go-redis/redis_rate's GCRA script.
 //
 // A token lives under prefix + "t:{" + id + "}" (see Store.TokenKey). The
 // braces are a Cluster hash tag: every key a script touches for one token
 // shares its slot. Its value is purpose + "\n" + subject.
 //
+// An idempotency record lives under prefix + "r:{" + key + "}" (see
+// Store.RecordKey), in the same slot as the token whose ID is key. It is a
+// hash: s is "p" while processing and "c" once completed, f the
+// fingerprint, o the owner and r the response bytes. It expires with its
+// lease (PEXPIREAT), and once completed at the end of its retention, which
+// replaces the lease.
+//
 // # Clocks
 //
-// Token expiry and rate limits run on the Redis server's clock. A token
-// expires at the absolute time its issuer chose (EXAT/PXAT), so skew between
-// the application's and the server's clocks lengthens or shortens its life
-// by that skew: keep both synchronised (NTP).
+// Token, nonce and record expiry and rate limits run on the Redis server's
+// clock. A token expires at the absolute time its issuer chose (EXAT/PXAT),
+// and a record at the end of its lease or retention (PEXPIREAT), so skew
+// between the application's and the server's clocks lengthens or shortens
+// their life by that skew: keep both synchronised (NTP). An expiry time that
+// has already passed by the store's clock stores no token or nonce; for a
+// record the server decides, and deletes it at once.
 //
 // # Failure
 //

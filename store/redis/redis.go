@@ -99,9 +99,9 @@ func WithTimeout(d time.Duration) Option {
 	}
 }
 
-// WithClock replaces time.Now, for tests. PutToken uses it only to decide
-// that an expiry time has already passed; Redis expires keys by its own
-// clock. Defaults to time.Now.
+// WithClock replaces time.Now, for tests. PutToken and PutNonce use it
+// only to decide that an expiry time has already passed; Redis expires
+// keys, records included, by its own clock. Defaults to time.Now.
 func WithClock(now func() time.Time) Option {
 	return func(s *Store) {
 		if now != nil {

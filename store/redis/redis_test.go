@@ -54,13 +54,15 @@ func uniquePrefix(t testing.TB) string {
 
 func newClock() *storetest.Clock { return storetest.NewClock(time.Unix(1_700_000_000, 0)) }
 
-// pttl reads a token's remaining lifetime with PTTL, for storetest.
-func pttl(t *testing.T, c goredis.Cmdable, s *redis.Store) func(id string) (time.Duration, bool) {
-	return func(id string) (time.Duration, bool) {
+// pttl reads the remaining lifetime of the Redis key that key(name) names
+// with PTTL, for storetest: pass s.TokenKey for tokens, s.RecordKey for
+// idempotency records.
+func pttl(t *testing.T, c goredis.Cmdable, key func(string) string) func(name string) (time.Duration, bool) {
+	return func(name string) (time.Duration, bool) {
 		t.Helper()
-		d, err := c.PTTL(context.Background(), s.TokenKey(id)).Result()
+		d, err := c.PTTL(context.Background(), key(name)).Result()
 		if err != nil {
-			t.Fatalf("PTTL %s: %v", s.TokenKey(id), err)
+			t.Fatalf("PTTL %s: %v", key(name), err)
 		}
 		switch d {
 		case -2: // no such key
@@ -87,14 +89,20 @@ func newMiniredis(t *testing.T, opts ...redis.Option) (*redis.Store, *miniredis.
 		mr.SetTime(c.Now())
 		mr.FastForward(d)
 	}
-	return s, mr, storetest.Instance{Store: s, Limiter: s, Now: c.Now, Advance: advance, TTL: pttl(t, client, s)}
+	return s, mr, storetest.Instance{
+		Store: s, Limiter: s, Now: c.Now, Advance: advance,
+		TTL: pttl(t, client, s.TokenKey), RecordTTL: pttl(t, client, s.RecordKey),
+	}
 }
 
 // realInstance wraps a store on a real server. The server's clock is the
 // real one: Now is time.Now and Advance sleeps.
 func realInstance(t *testing.T, client goredis.UniversalClient) (*redis.Store, storetest.Instance) {
 	s := redis.New(client, redis.WithPrefix(uniquePrefix(t)))
-	return s, storetest.Instance{Store: s, Limiter: s, Now: time.Now, Advance: time.Sleep, TTL: pttl(t, client, s)}
+	return s, storetest.Instance{
+		Store: s, Limiter: s, Now: time.Now, Advance: time.Sleep,
+		TTL: pttl(t, client, s.TokenKey), RecordTTL: pttl(t, client, s.RecordKey),
+	}
 }
 
 func newRedisClient(t testing.TB) *goredis.Client {
@@ -158,7 +166,7 @@ func TestClusterHashTags(t *testing.T) {
 	}
 	for _, id := range []string{"1", storetest.ID(), "with{braces}inside", "ünïcødé", "a:b/c"} {
 		t.Run(id, func(t *testing.T) {
-			tk, rk := s.TokenKey(id), prefix+"r:{"+id+"}"
+			tk, rk := s.TokenKey(id), s.RecordKey(id)
 			if a, b := slot(tk), slot(rk); a != b {
 				t.Fatalf("slot(%q) = %d, slot(%q) = %d; want one slot", tk, a, rk, b)
 			}
@@ -207,6 +215,84 @@ func TestKeys(t *testing.T) {
 				t.Fatalf("limiter key %q missing; keys: %q", key, mr.Keys())
 			}
 		})
+	}
+}
+
+// TestRecordLayout pins the record key and hash fields the docs describe:
+// s, f, o and r, expiring with the lease and then with the retention.
+func TestRecordLayout(t *testing.T) {
+	s, mr, in := newMiniredis(t, redis.WithPrefix("app:"))
+	defer s.Close()
+	ctx := context.Background()
+	key := "42"
+	if got, want := s.RecordKey(key), "app:r:{42}"; got != want {
+		t.Fatalf("RecordKey = %q, want %q", got, want)
+	}
+	field := func(name string) string {
+		t.Helper()
+		return mr.HGet("app:r:{42}", name)
+	}
+	if _, ok, err := s.Acquire(ctx, key, "fp", "owner", in.Now().Add(time.Minute)); err != nil || !ok {
+		t.Fatalf("acquire = %v, %v", ok, err)
+	}
+	if st, fp, owner := field("s"), field("f"), field("o"); st != "p" || fp != "fp" || owner != "owner" {
+		t.Fatalf("processing record: s=%q f=%q o=%q; want p, fp, owner", st, fp, owner)
+	}
+	if fields, err := mr.HKeys("app:r:{42}"); err != nil || len(fields) != 3 {
+		t.Fatalf("processing record fields = %q, %v; want f, o, s", fields, err)
+	}
+	if ttl := mr.TTL("app:r:{42}"); ttl != time.Minute {
+		t.Fatalf("processing record TTL = %v, want the lease (1m)", ttl)
+	}
+	resp := "a\x00b"
+	if ok, err := s.Complete(ctx, key, "owner", []byte(resp), in.Now().Add(time.Hour)); err != nil || !ok {
+		t.Fatalf("complete = %v, %v", ok, err)
+	}
+	if st, r := field("s"), field("r"); st != "c" || r != resp {
+		t.Fatalf("completed record: s=%q r=%q; want c, %q", st, r, resp)
+	}
+	if ttl := mr.TTL("app:r:{42}"); ttl != time.Hour {
+		t.Fatalf("completed record TTL = %v, want the retention (1h)", ttl)
+	}
+}
+
+// TestRecordScriptsCacheFlushed checks the EVAL fallback of every record
+// script when the server has forgotten them.
+func TestRecordScriptsCacheFlushed(t *testing.T) {
+	s, mr, in := newMiniredis(t)
+	defer s.Close()
+	ctx := context.Background()
+	admin := goredis.NewClient(&goredis.Options{Addr: mr.Addr()})
+	defer admin.Close()
+	flush := func() {
+		t.Helper()
+		if err := admin.ScriptFlush(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 2 {
+		key := storetest.ID()
+		if _, ok, err := s.Acquire(ctx, key, "fp", "o", in.Now().Add(time.Minute)); err != nil || !ok {
+			t.Fatalf("round %d: acquire = %v, %v", i, ok, err)
+		}
+		flush()
+		if ok, err := s.Renew(ctx, key, "o", in.Now().Add(time.Minute)); err != nil || !ok {
+			t.Fatalf("round %d: renew = %v, %v", i, ok, err)
+		}
+		flush()
+		if ok, err := s.Complete(ctx, key, "o", []byte("done"), in.Now().Add(time.Minute)); err != nil || !ok {
+			t.Fatalf("round %d: complete = %v, %v", i, ok, err)
+		}
+		flush()
+		key = storetest.ID()
+		if _, ok, err := s.Acquire(ctx, key, "fp", "o", in.Now().Add(time.Minute)); err != nil || !ok {
+			t.Fatalf("round %d: second acquire = %v, %v", i, ok, err)
+		}
+		flush()
+		if ok, err := s.Release(ctx, key, "o"); err != nil || !ok {
+			t.Fatalf("round %d: release = %v, %v", i, ok, err)
+		}
+		flush()
 	}
 }
 
@@ -285,6 +371,10 @@ func calls(ctx context.Context, s *redis.Store, now time.Time) map[string]error 
 	errs := map[string]error{}
 	_, errs["PutToken"] = s.PutToken(ctx, "x", store.Token{Purpose: "p"}, now.Add(time.Minute))
 	_, errs["RedeemToken"] = s.RedeemToken(ctx, "x", store.Token{Purpose: "p"})
+	_, _, errs["Acquire"] = s.Acquire(ctx, "x", "fp", "o", now.Add(time.Minute))
+	_, errs["Renew"] = s.Renew(ctx, "x", "o", now.Add(time.Minute))
+	_, errs["Complete"] = s.Complete(ctx, "x", "o", []byte("done"), now.Add(time.Minute))
+	_, errs["Release"] = s.Release(ctx, "x", "o")
 	errs["Ping"] = s.Ping(ctx)
 	_, _, errs["Allow"] = s.Allow(ctx, "x", store.Limit{Rate: 1, Burst: 1, Period: time.Second})
 	return errs
@@ -433,6 +523,63 @@ func BenchmarkRedeem(b *testing.B) {
 		}
 	})
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "redeems/s")
+}
+
+// BenchmarkAcquireComplete runs one first execution's store work per
+// iteration, on distinct keys from parallel goroutines: Acquire, then
+// Complete with a 1 KiB response. Two round trips, one script each.
+func BenchmarkAcquireComplete(b *testing.B) {
+	s := redis.New(newRedisClient(b), redis.WithPrefix(uniquePrefix(b)))
+	defer s.Close()
+	ctx := context.Background()
+	resp := make([]byte, 1024)
+	exp := time.Now().Add(time.Minute)
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			key := storetest.ID()
+			if _, ok, err := s.Acquire(ctx, key, "fingerprint", "owner", exp); err != nil || !ok {
+				b.Errorf("acquire %s = %v, %v", key, ok, err)
+				return
+			}
+			if ok, err := s.Complete(ctx, key, "owner", resp, exp); err != nil || !ok {
+				b.Errorf("complete %s = %v, %v", key, ok, err)
+				return
+			}
+		}
+	})
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "executions/s")
+}
+
+// BenchmarkAcquireReplay is a duplicate's store work: one Acquire that
+// finds a completed record with a 1 KiB response, from parallel goroutines.
+func BenchmarkAcquireReplay(b *testing.B) {
+	s := redis.New(newRedisClient(b), redis.WithPrefix(uniquePrefix(b)))
+	defer s.Close()
+	ctx := context.Background()
+	exp := time.Now().Add(time.Minute)
+	keys := make([]string, 1024)
+	for i := range keys {
+		keys[i] = storetest.ID()
+		if _, ok, err := s.Acquire(ctx, keys[i], "fingerprint", "owner", exp); err != nil || !ok {
+			b.Fatal(ok, err)
+		}
+		if ok, err := s.Complete(ctx, keys[i], "owner", make([]byte, 1024), exp); err != nil || !ok {
+			b.Fatal(ok, err)
+		}
+	}
+	var next atomic.Int64
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			key := keys[next.Add(1)%int64(len(keys))]
+			if rec, ok, err := s.Acquire(ctx, key, "fingerprint", "other", exp); err != nil || ok || !rec.Completed {
+				b.Errorf("acquire %s = %v, %v, %v", key, rec.Completed, ok, err)
+				return
+			}
+		}
+	})
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "replays/s")
 }
 
 func BenchmarkPut(b *testing.B) {

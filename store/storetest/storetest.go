@@ -30,6 +30,10 @@ type Instance struct {
 	// TTL returns the remaining lifetime of the entry stored under the
 	// token ID id, and false when there is none.
 	TTL func(id string) (time.Duration, bool)
+	// RecordTTL returns the remaining lifetime of the idempotency record
+	// under key, and false when there is none. It is optional: when nil,
+	// the checks that need it are skipped.
+	RecordTTL func(key string) (time.Duration, bool)
 }
 
 // Factory returns a fresh instance whose keys do not collide with any
@@ -306,6 +310,8 @@ func Run(t *testing.T, newStore Factory) {
 			t.Fatalf("fresh=%d replays=%d errors=%d; want 1, 49, 0", fresh.Load(), replays.Load(), errs.Load())
 		}
 	})
+
+	runRecords(t, open)
 
 	t.Run("limiter admits the burst then refuses with a retry time", func(t *testing.T) {
 		in := open(t)

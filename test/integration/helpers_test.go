@@ -116,6 +116,22 @@ func (brokenStore) PutNonce(context.Context, string, string, time.Time) (bool, e
 	return false, errBroken
 }
 
+func (brokenStore) Acquire(context.Context, string, string, string, time.Time) (store.Record, bool, error) {
+	return store.Record{}, false, errBroken
+}
+
+func (brokenStore) Renew(context.Context, string, string, time.Time) (bool, error) {
+	return false, errBroken
+}
+
+func (brokenStore) Complete(context.Context, string, string, []byte, time.Time) (bool, error) {
+	return false, errBroken
+}
+
+func (brokenStore) Release(context.Context, string, string) (bool, error) {
+	return false, errBroken
+}
+
 func (brokenStore) Ping(context.Context) error { return errBroken }
 func (brokenStore) Close() error               { return nil }
 

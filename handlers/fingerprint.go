@@ -1,0 +1,145 @@
+package handlers
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"io"
+	"mime"
+	"mime/multipart"
+	"net/http"
+	"net/url"
+	"slices"
+	"strings"
+)
+
+// fingerprint returns the hex SHA-256 of what identifies a request for
+// idempotency: its method, route, path, query and body, the body in
+// canonical form (see canonicalBody) and the fields in ignore left out.
+func fingerprint(r *http.Request, route string, body []byte, ignore map[string]bool) string {
+	kind, canon := canonicalBody(r.Header.Get("Content-Type"), body, ignore)
+	b := make([]byte, 0, 256+len(canon))
+	b = appendField(b, r.Method)
+	b = appendField(b, route)
+	b = appendField(b, r.URL.EscapedPath())
+	b = appendField(b, canonicalQuery(r.URL.RawQuery, ignore))
+	b = appendField(b, kind)
+	b = appendField(b, canon)
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
+}
+
+// canonicalQuery sorts the query's parameters by name (keeping the order
+// of repeated ones), without the ignored ones; a query that does not
+// parse is kept as it is.
+func canonicalQuery(raw string, ignore map[string]bool) string {
+	if raw == "" {
+		return ""
+	}
+	q, err := url.ParseQuery(raw)
+	if err != nil {
+		return raw
+	}
+	for name := range ignore {
+		delete(q, name)
+	}
+	return q.Encode()
+}
+
+// canonicalBody returns the kind of a body and its canonical form:
+//
+//   - JSON (application/json, */*+json): re-encoded with object keys
+//     sorted, no insignificant whitespace, numbers as written, and the
+//     ignored top-level members left out;
+//   - application/x-www-form-urlencoded: fields sorted by name (repeated
+//     fields in their order), ignored ones left out;
+//   - multipart/form-data: parts sorted by field name (repeated fields in
+//     their order), each as its name, file name, content type and the
+//     SHA-256 of its content, ignored ones left out;
+//   - anything else, or a body that does not parse as its type says: the
+//     bytes as they are, with the media type.
+func canonicalBody(contentType string, body []byte, ignore map[string]bool) (kind, canon string) {
+	mt, params, err := mime.ParseMediaType(contentType)
+	if err != nil {
+		mt = strings.ToLower(strings.TrimSpace(contentType))
+	}
+	if len(body) > 0 {
+		switch {
+		case mt == "application/json" || strings.HasSuffix(mt, "+json"):
+			if c, ok := canonicalJSON(body, ignore); ok {
+				return "json", c
+			}
+		case mt == "application/x-www-form-urlencoded":
+			if f, err := url.ParseQuery(string(body)); err == nil {
+				for name := range ignore {
+					delete(f, name)
+				}
+				return "form", f.Encode()
+			}
+		case mt == "multipart/form-data":
+			if c, ok := canonicalMultipart(body, params["boundary"], ignore); ok {
+				return "multipart", c
+			}
+		}
+	}
+	return "raw:" + mt, string(body)
+}
+
+func canonicalJSON(body []byte, ignore map[string]bool) (string, bool) {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		return "", false
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return "", false // trailing data
+	}
+	if obj, ok := v.(map[string]any); ok {
+		for name := range ignore {
+			delete(obj, name)
+		}
+	}
+	out, err := json.Marshal(v) // map keys come out sorted
+	if err != nil {
+		return "", false
+	}
+	return string(out), true
+}
+
+func canonicalMultipart(body []byte, boundary string, ignore map[string]bool) (string, bool) {
+	if boundary == "" {
+		return "", false
+	}
+	type part struct{ name, file, ctype, sum string }
+	var parts []part
+	mr := multipart.NewReader(bytes.NewReader(body), boundary)
+	for {
+		p, err := mr.NextPart()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return "", false
+		}
+		h := sha256.New()
+		if _, err := io.Copy(h, p); err != nil {
+			return "", false
+		}
+		if name := p.FormName(); !ignore[name] {
+			parts = append(parts, part{name, p.FileName(), p.Header.Get("Content-Type"), hex.EncodeToString(h.Sum(nil))})
+		}
+	}
+	slices.SortStableFunc(parts, func(a, b part) int { return strings.Compare(a.name, b.name) })
+	var b []byte
+	for _, p := range parts {
+		b = appendField(b, p.name)
+		b = appendField(b, p.file)
+		b = appendField(b, p.ctype)
+		b = appendField(b, p.sum)
+	}
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:]), true
+}

@@ -1,0 +1,981 @@
+package handlers_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"mime/multipart"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/gin-gonic/gin"
+	goredis "github.com/redis/go-redis/v9"
+	"go.uber.org/goleak"
+
+	"github.com/replayguard/replayguard/handlers"
+	"github.com/replayguard/replayguard/idempotency"
+	"github.com/replayguard/replayguard/internal/testenv"
+	"github.com/replayguard/replayguard/store"
+	"github.com/replayguard/replayguard/store/memory"
+	redisstore "github.com/replayguard/replayguard/store/redis"
+)
+
+// quiet discards the guard's log lines (the panics the tests provoke).
+var quiet = handlers.WithIdempotencyLogger(slog.New(slog.DiscardHandler))
+
+// fakeClock moves only when told to.
+type fakeClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func newFakeClock() *fakeClock {
+	return &fakeClock{t: time.Date(2026, 5, 6, 7, 8, 9, 0, time.UTC)}
+}
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *fakeClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = c.t.Add(d)
+}
+
+// newRecordStore returns a memory store on clk (the real clock when nil),
+// closed with the test.
+func newRecordStore(t testing.TB, clk *fakeClock) *memory.Store {
+	t.Helper()
+	var opts []memory.Option
+	if clk != nil {
+		opts = append(opts, memory.WithClock(clk.Now))
+	}
+	st := memory.New(opts...)
+	t.Cleanup(func() { _ = st.Close() })
+	return st
+}
+
+// failingStore fails every Acquire with err.
+type failingStore struct {
+	store.Store
+	err error
+}
+
+func (f failingStore) Acquire(context.Context, string, string, string, time.Time) (store.Record, bool, error) {
+	return store.Record{}, false, f.err
+}
+
+// orders is the protected application: it counts its runs and answers
+// with handle, 201 and the run number by default.
+type orders struct {
+	runs   atomic.Int32
+	handle func(w http.ResponseWriter, r *http.Request, run int32)
+}
+
+func (o *orders) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	n := o.runs.Add(1)
+	if o.handle != nil {
+		o.handle(w, r, n)
+		return
+	}
+	created(w, r, n)
+}
+
+// created answers 201 with a Location and the run number and the body it
+// read, so a replay can be told from a new run.
+func created(w http.ResponseWriter, r *http.Request, run int32) {
+	body, _ := io.ReadAll(r.Body)
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Location", fmt.Sprintf("/orders/%d", run))
+	w.WriteHeader(http.StatusCreated)
+	_, _ = fmt.Fprintf(w, `{"run":%d,"got":%q}`, run, body)
+}
+
+// idemShape mounts the protected routes with one middleware shape:
+// POST /orders, POST /carts/{id} and GET /orders.
+type idemShape struct {
+	name  string
+	mount func(g *handlers.IdempotencyGuard, app http.Handler) http.Handler
+}
+
+var idemShapes = []idemShape{
+	{"net/http", func(g *handlers.IdempotencyGuard, app http.Handler) http.Handler {
+		mux := http.NewServeMux()
+		mw := g.IdempotentHandler()
+		mux.Handle("POST /orders", mw(app))
+		mux.Handle("POST /carts/{id}", mw(app))
+		mux.Handle("GET /orders", mw(app))
+		return mux
+	}},
+	{"gin", func(g *handlers.IdempotencyGuard, app http.Handler) http.Handler {
+		r := gin.New()
+		_ = r.SetTrustedProxies(nil)
+		h := gin.WrapH(app)
+		r.POST("/orders", g.Idempotent(), h)
+		r.POST("/carts/:id", g.Idempotent(), h)
+		r.GET("/orders", g.Idempotent(), h)
+		return r
+	}},
+}
+
+// req describes a request; its zero value is a JSON POST /orders from
+// 192.0.2.1 with Idempotency-Key: "k1".
+type req struct {
+	method, path, body, ctype, remote string
+	keys                              []string // raw header values; nil means "k1"
+	noKey                             bool
+	header                            http.Header
+}
+
+const defaultBody = `{"item":"book","qty":2}`
+
+func (q req) build() *http.Request {
+	method, path, body, ctype, remote := q.method, q.path, q.body, q.ctype, q.remote
+	if method == "" {
+		method = http.MethodPost
+	}
+	if path == "" {
+		path = "/orders"
+	}
+	if body == "" && method != http.MethodGet {
+		body = defaultBody
+	}
+	if ctype == "" {
+		ctype = "application/json"
+	}
+	if remote == "" {
+		remote = "192.0.2.1:1234"
+	}
+	r := httptest.NewRequest(method, path, strings.NewReader(body))
+	r.RemoteAddr = remote
+	r.Header.Set("Content-Type", ctype)
+	keys := q.keys
+	if keys == nil {
+		keys = []string{`"k1"`}
+	}
+	if !q.noKey {
+		for _, k := range keys {
+			r.Header.Add(handlers.IdempotencyKeyHeader, k)
+		}
+	}
+	for name, vs := range q.header {
+		r.Header[name] = vs
+	}
+	return r
+}
+
+// codeOf returns the code of a problem+json answer, or "".
+func codeOf(w *httptest.ResponseRecorder) string {
+	if w.Header().Get("Content-Type") != "application/problem+json" {
+		return ""
+	}
+	var p handlers.Problem
+	_ = json.Unmarshal(w.Body.Bytes(), &p)
+	return p.Code
+}
+
+// step is one request of a scenario and what it must get.
+type step struct {
+	name         string
+	req          req
+	wantStatus   int
+	wantCode     string // the problem code, "" for the application's answers
+	wantReplayed bool
+	wantRuns     int32 // application runs so far
+	wantBody     string
+}
+
+func multipartBody(t testing.TB, boundary string, fields [][2]string) string {
+	t.Helper()
+	var b bytes.Buffer
+	mw := multipart.NewWriter(&b)
+	if err := mw.SetBoundary(boundary); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range fields {
+		if err := mw.WriteField(f[0], f[1]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := mw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return b.String()
+}
+
+func TestIdempotencyScenarios(t *testing.T) {
+	status := func(code int) func(http.ResponseWriter, *http.Request, int32) {
+		return func(w http.ResponseWriter, _ *http.Request, run int32) {
+			w.WriteHeader(code)
+			_, _ = fmt.Fprintf(w, "run %d", run)
+		}
+	}
+	formA := url.Values{"item": {"book"}, "qty": {"2"}, "tag": {"a", "b"}}.Encode()
+	formB := "tag=a&qty=2&tag=b&item=book" // the same fields in another order
+	formC := "tag=b&qty=2&tag=a&item=book" // repeated field in another order: another request
+	mpA := multipartBody(t, "boundaryA", [][2]string{{"item", "book"}, {"qty", "2"}, {"sent_at", "1"}})
+	mpB := multipartBody(t, "boundaryB", [][2]string{{"qty", "2"}, {"sent_at", "2"}, {"item", "book"}})
+	tests := []struct {
+		name   string
+		opts   []handlers.IdempotencyOption
+		keeper []idempotency.Option
+		handle func(http.ResponseWriter, *http.Request, int32)
+		steps  []step
+	}{
+		{
+			name: "a duplicate after completion gets the stored response",
+			steps: []step{
+				{"first", req{}, 201, "", false, 1, `"run":1`},
+				{"duplicate", req{}, 201, "", true, 1, `"run":1`},
+				{"bare key means the same key", req{keys: []string{"k1"}}, 201, "", true, 1, `"run":1`},
+			},
+		},
+		{
+			name: "a reused key with another body is refused",
+			steps: []step{
+				{"first", req{}, 201, "", false, 1, ""},
+				{"another body", req{body: `{"item":"book","qty":3}`}, 422, "idempotency_key_reused", false, 1, ""},
+				{"another content type", req{ctype: "text/plain"}, 422, "idempotency_key_reused", false, 1, ""},
+				{"a query", req{path: "/orders?coupon=x"}, 422, "idempotency_key_reused", false, 1, ""},
+				{"the first body still replays", req{}, 201, "", true, 1, ""},
+			},
+		},
+		{
+			name: "canonical JSON ignores key order and whitespace",
+			steps: []step{
+				{"first", req{body: `{"item":"book","qty":2,"meta":{"a":1,"b":[1,2]}}`}, 201, "", false, 1, ""},
+				{"reordered and spaced", req{body: " {\n \"meta\": {\"b\": [1, 2], \"a\": 1},\t\"qty\": 2, \"item\": \"book\"}\n"}, 201, "", true, 1, ""},
+				{"an array in another order is another request", req{body: `{"item":"book","qty":2,"meta":{"a":1,"b":[2,1]}}`}, 422, "idempotency_key_reused", false, 1, ""},
+				{"2.0 is not 2", req{body: `{"item":"book","qty":2.0,"meta":{"a":1,"b":[1,2]}}`}, 422, "idempotency_key_reused", false, 1, ""},
+			},
+		},
+		{
+			name: "ignored fields are left out of the fingerprint",
+			opts: []handlers.IdempotencyOption{handlers.WithIgnoredFields("sent_at")},
+			steps: []step{
+				{"first", req{body: `{"item":"book","sent_at":"10:00:00"}`}, 201, "", false, 1, ""},
+				{"a retry with a new timestamp", req{body: `{"sent_at":"10:00:05","item":"book"}`}, 201, "", true, 1, ""},
+				{"multipart first", req{keys: []string{`"k2"`}, body: mpA, ctype: "multipart/form-data; boundary=boundaryA"}, 201, "", false, 2, ""},
+				{"multipart reordered, new boundary and timestamp", req{keys: []string{`"k2"`}, body: mpB, ctype: "multipart/form-data; boundary=boundaryB"}, 201, "", true, 2, ""},
+			},
+		},
+		{
+			name: "form bodies are compared in canonical order",
+			steps: []step{
+				{"first", req{body: formA, ctype: "application/x-www-form-urlencoded"}, 201, "", false, 1, ""},
+				{"fields reordered", req{body: formB, ctype: "application/x-www-form-urlencoded"}, 201, "", true, 1, ""},
+				{"a repeated field's values reordered", req{body: formC, ctype: "application/x-www-form-urlencoded"}, 422, "idempotency_key_reused", false, 1, ""},
+			},
+		},
+		{
+			name: "another caller with the same key gets its own execution",
+			steps: []step{
+				{"first", req{}, 201, "", false, 1, `"run":1`},
+				{"another IP", req{remote: "198.51.100.7:999"}, 201, "", false, 2, `"run":2`},
+				{"its duplicate", req{remote: "198.51.100.7:1000"}, 201, "", true, 2, `"run":2`},
+				{"the first caller still gets its own", req{}, 201, "", true, 2, `"run":1`},
+			},
+		},
+		{
+			name: "a header scope keys on the credential, not the IP",
+			opts: []handlers.IdempotencyOption{handlers.WithScope(handlers.ScopeHeader("Authorization"))},
+			steps: []step{
+				{"alice", req{header: http.Header{"Authorization": {"Bearer alice"}}}, 201, "", false, 1, `"run":1`},
+				{"alice from another IP", req{remote: "198.51.100.7:1", header: http.Header{"Authorization": {"Bearer alice"}}}, 201, "", true, 1, `"run":1`},
+				{"bob from alice's IP", req{header: http.Header{"Authorization": {"Bearer bob"}}}, 201, "", false, 2, `"run":2`},
+				{"no credential falls back to the IP", req{}, 201, "", false, 3, `"run":3`},
+			},
+		},
+		{
+			name: "the key is scoped to the route",
+			steps: []step{
+				{"orders", req{}, 201, "", false, 1, ""},
+				{"cart 1", req{path: "/carts/1"}, 201, "", false, 2, ""},
+				{"cart 2 is the same route with another path", req{path: "/carts/2"}, 422, "idempotency_key_reused", false, 2, ""},
+				{"cart 1 again", req{path: "/carts/1"}, 201, "", true, 2, ""},
+			},
+		},
+		{
+			name: "a 5xx releases the record so the retry runs",
+			handle: func(w http.ResponseWriter, r *http.Request, run int32) {
+				status(map[bool]int{true: 503, false: 200}[run == 1])(w, r, run)
+			},
+			steps: []step{
+				{"first fails", req{}, 503, "", false, 1, "run 1"},
+				{"retry runs", req{}, 200, "", false, 2, "run 2"},
+				{"then it is stored", req{}, 200, "", true, 2, "run 2"},
+			},
+		},
+		{
+			name:   "a 4xx is stored",
+			handle: status(http.StatusBadRequest),
+			steps: []step{
+				{"first", req{}, 400, "", false, 1, "run 1"},
+				{"duplicate", req{}, 400, "", true, 1, "run 1"},
+			},
+		},
+		{
+			name: "the release policy is configurable",
+			opts: []handlers.IdempotencyOption{handlers.WithReleaseStatus(func(s int) bool { return s == http.StatusConflict })},
+			handle: func(w http.ResponseWriter, r *http.Request, run int32) {
+				status(map[int32]int{1: 409, 2: 500}[run])(w, r, run)
+			},
+			steps: []step{
+				{"a 409 releases", req{}, 409, "", false, 1, "run 1"},
+				{"a 500 is stored", req{}, 500, "", false, 2, "run 2"},
+				{"and replayed", req{}, 500, "", true, 2, "run 2"},
+			},
+		},
+		{
+			name:   "a response over the cap completes without its body",
+			keeper: []idempotency.Option{idempotency.WithMaxBody(64)},
+			handle: func(w http.ResponseWriter, _ *http.Request, run int32) {
+				_, _ = io.WriteString(w, strings.Repeat("x", 40))
+				_, _ = io.WriteString(w, strings.Repeat("y", 40))
+			},
+			steps: []step{
+				{"first gets it all", req{}, 200, "", false, 1, strings.Repeat("x", 40) + strings.Repeat("y", 40)},
+				{"duplicate", req{}, 409, "response_not_stored", false, 1, ""},
+			},
+		},
+		{
+			name: "invalid keys are refused before the application runs",
+			steps: []step{
+				{"empty", req{keys: []string{""}}, 400, "invalid_idempotency_key", false, 0, ""},
+				{"empty sf-string", req{keys: []string{`""`}}, 400, "invalid_idempotency_key", false, 0, ""},
+				{"256 characters", req{keys: []string{`"` + strings.Repeat("k", 256) + `"`}}, 400, "invalid_idempotency_key", false, 0, "256 characters"},
+				{"not an sf-string", req{keys: []string{`"unterminated`}}, 400, "invalid_idempotency_key", false, 0, ""},
+				{"a space in a bare value", req{keys: []string{`a b`}}, 400, "invalid_idempotency_key", false, 0, ""},
+				{"two headers", req{keys: []string{`"a"`, `"b"`}}, 400, "invalid_idempotency_key", false, 0, ""},
+				{"255 characters pass", req{keys: []string{`"` + strings.Repeat("k", 255) + `"`}}, 201, "", false, 1, ""},
+			},
+		},
+		{
+			name: "a missing key is refused by default",
+			steps: []step{
+				{"no key", req{noKey: true}, 400, "idempotency_key_missing", false, 0, "Idempotency-Key"},
+				{"GET is not guarded", req{method: "GET", noKey: true}, 201, "", false, 1, ""},
+			},
+		},
+		{
+			name: "an optional key lets keyless requests through",
+			opts: []handlers.IdempotencyOption{handlers.WithKeyRequired(false)},
+			steps: []step{
+				{"no key", req{noKey: true}, 201, "", false, 1, ""},
+				{"no key again runs again", req{noKey: true}, 201, "", false, 2, ""},
+				{"a key still counts", req{}, 201, "", false, 3, ""},
+				{"its duplicate", req{}, 201, "", true, 3, ""},
+			},
+		},
+		{
+			name: "other methods pass through when configured",
+			opts: []handlers.IdempotencyOption{handlers.WithIdempotencyMethods("get")},
+			steps: []step{
+				{"POST is no longer guarded", req{noKey: true}, 201, "", false, 1, ""},
+				{"GET is", req{method: "GET"}, 201, "", false, 2, ""},
+				{"GET duplicate", req{method: "GET"}, 201, "", true, 2, ""},
+			},
+		},
+		{
+			name: "a request body over the limit is refused",
+			opts: []handlers.IdempotencyOption{handlers.WithMaxRequestBody(10)},
+			steps: []step{
+				{"too large", req{}, 413, "payload_too_large", false, 0, ""},
+				{"small enough", req{body: `{"a":1}`}, 201, "", false, 1, ""},
+			},
+		},
+	}
+	for _, sc := range recordStores {
+		for _, sh := range idemShapes {
+			for _, tc := range tests {
+				t.Run(sc.name+"/"+sh.name+"/"+tc.name, func(t *testing.T) {
+					k := idempotency.New(sc.open(t), tc.keeper...)
+					app := &orders{handle: tc.handle}
+					h := sh.mount(handlers.NewIdempotencyGuard(k, append([]handlers.IdempotencyOption{quiet}, tc.opts...)...), app)
+					for _, s := range tc.steps {
+						w := serve(h, s.req.build())
+						replayed := w.Header().Get(handlers.IdempotentReplayedHeader) == "true"
+						if w.Code != s.wantStatus || codeOf(w) != s.wantCode || replayed != s.wantReplayed ||
+							app.runs.Load() != s.wantRuns || !strings.Contains(w.Body.String(), s.wantBody) {
+							t.Fatalf("%s: got %d %q replayed=%v runs=%d body %q; want %d %q replayed=%v runs=%d body containing %q",
+								s.name, w.Code, codeOf(w), replayed, app.runs.Load(), w.Body, s.wantStatus, s.wantCode, s.wantReplayed, s.wantRuns, s.wantBody)
+						}
+					}
+				})
+			}
+		}
+	}
+}
+
+// recordStores are the stores the concurrency test runs on; the Redis
+// ones skip (or fail, see internal/testenv) without their variables.
+var recordStores = []struct {
+	name string
+	open func(t testing.TB) store.Store
+}{
+	{"memory", func(t testing.TB) store.Store { return newRecordStore(t, nil) }},
+	{"redis", func(t testing.TB) store.Store {
+		opt, err := goredis.ParseURL(testenv.Var(t, "REPLAYGUARD_TEST_REDIS_URL"))
+		if err != nil {
+			t.Fatalf("REPLAYGUARD_TEST_REDIS_URL: %v", err)
+		}
+		opt.ContextTimeoutEnabled = true
+		s := redisstore.New(goredis.NewClient(opt), redisstore.WithPrefix(uniqueRedisPrefix(t)))
+		t.Cleanup(func() { _ = s.Close() })
+		return s
+	}},
+	{"cluster", func(t testing.TB) store.Store {
+		addrs := strings.Split(testenv.Var(t, "REPLAYGUARD_TEST_REDIS_CLUSTER_ADDRS"), ",")
+		c := goredis.NewClusterClient(&goredis.ClusterOptions{Addrs: addrs, ContextTimeoutEnabled: true})
+		s := redisstore.New(c, redisstore.WithPrefix(uniqueRedisPrefix(t)))
+		t.Cleanup(func() { _ = s.Close() })
+		return s
+	}},
+}
+
+func uniqueRedisPrefix(t testing.TB) string {
+	b := make([]byte, 8)
+	if _, err := rand.Read(b); err != nil {
+		t.Fatal(err)
+	}
+	return "rgtest:idem:" + hex.EncodeToString(b) + ":"
+}
+
+func TestIdempotencyFiftyConcurrentRequestsRunOnce(t *testing.T) {
+	const n = 50
+	for _, sc := range recordStores {
+		for _, sh := range idemShapes {
+			t.Run(sc.name+"/"+sh.name, func(t *testing.T) {
+				k := idempotency.New(sc.open(t))
+				hold := make(chan struct{})
+				app := &orders{handle: func(w http.ResponseWriter, r *http.Request, run int32) {
+					<-hold // until every duplicate has answered
+					created(w, r, run)
+				}}
+				h := sh.mount(handlers.NewIdempotencyGuard(k, quiet), app)
+				start := make(chan struct{})
+				results := make(chan *httptest.ResponseRecorder, n)
+				var wg sync.WaitGroup
+				for range n {
+					wg.Go(func() {
+						r := req{}.build()
+						<-start
+						results <- serve(h, r)
+					})
+				}
+				close(start)
+				var got []*httptest.ResponseRecorder
+				for range n - 1 { // the one that runs is held
+					got = append(got, <-results)
+				}
+				close(hold)
+				wg.Wait()
+				got = append(got, <-results)
+
+				counts := map[string]int{}
+				for _, w := range got {
+					switch {
+					case w.Code == 201 && w.Header().Get(handlers.IdempotentReplayedHeader) == "":
+						counts["ran"]++
+					case w.Code == 409 && codeOf(w) == "request_in_progress" && w.Header().Get("Retry-After") == "1":
+						counts["in progress"]++
+					default:
+						t.Errorf("unexpected answer %d %v %s", w.Code, w.Header(), w.Body)
+					}
+				}
+				if app.runs.Load() != 1 || counts["ran"] != 1 || counts["in progress"] != n-1 {
+					t.Fatalf("runs=%d answers=%v, want 1 run, 1 first answer, %d in progress", app.runs.Load(), counts, n-1)
+				}
+				if w := serve(h, req{}.build()); w.Code != 201 || w.Header().Get(handlers.IdempotentReplayedHeader) != "true" {
+					t.Fatalf("after completion: %d %v", w.Code, w.Header())
+				}
+			})
+		}
+	}
+}
+
+func TestIdempotencyReplayIsByteIdentical(t *testing.T) {
+	k := idempotency.New(newRecordStore(t, nil))
+	var requestIDs atomic.Int32
+	app := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h := w.Header()
+		h.Set("Content-Type", "application/json; charset=utf-8")
+		h.Set("Location", "/orders/7")
+		h["X-Multi"] = []string{"a", "b"}
+		h.Set("Cache-Control", "no-store")
+		h.Set("Set-Cookie", "session=first-callers-only")
+		h.Set("Date", "Mon, 01 Jan 2001 00:00:00 GMT")
+		h.Set("Connection", "X-Hop")
+		h.Set("X-Hop", "per-connection")
+		h.Del("X-Outer-Removed")
+		w.WriteHeader(http.StatusCreated)
+		_, _ = io.WriteString(w, "{\"id\":7}\n")
+	})
+	outer := func(next http.Handler) http.Handler { // middleware outside the guard
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("X-Request-Id", fmt.Sprint(requestIDs.Add(1)))
+			w.Header().Set("X-Outer-Removed", "yes")
+			next.ServeHTTP(w, r)
+		})
+	}
+	srv := httptest.NewServer(outer(handlers.NewIdempotencyGuard(k).IdempotentHandler()(app)))
+	defer srv.Close()
+	do := func() (*http.Response, []byte) {
+		r, err := http.NewRequest(http.MethodPost, srv.URL+"/orders", strings.NewReader(defaultBody))
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.Header.Set(handlers.IdempotencyKeyHeader, `"byte-identical"`)
+		resp, err := srv.Client().Do(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, err := io.ReadAll(resp.Body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp, body
+	}
+	first, firstBody := do()
+	second, secondBody := do()
+
+	if second.Header.Get(handlers.IdempotentReplayedHeader) != "true" || first.Header.Get(handlers.IdempotentReplayedHeader) != "" {
+		t.Fatalf("Idempotent-Replayed: first %q, second %q", first.Header.Get(handlers.IdempotentReplayedHeader), second.Header.Get(handlers.IdempotentReplayedHeader))
+	}
+	if first.StatusCode != second.StatusCode || !bytes.Equal(firstBody, secondBody) {
+		t.Fatalf("first %d %q, replay %d %q", first.StatusCode, firstBody, second.StatusCode, secondBody)
+	}
+	if first.Header.Get("Set-Cookie") == "" || second.Header.Get("Set-Cookie") != "" {
+		t.Fatalf("Set-Cookie: first %q, replay %q; want it on the first only", first.Header.Get("Set-Cookie"), second.Header.Get("Set-Cookie"))
+	}
+	if second.Header.Get("Date") == "Mon, 01 Jan 2001 00:00:00 GMT" || second.Header.Get("X-Hop") != "" {
+		t.Fatalf("replayed Date %q or hop-by-hop X-Hop %q", second.Header.Get("Date"), second.Header.Get("X-Hop"))
+	}
+	if first.Header.Get("X-Request-Id") == second.Header.Get("X-Request-Id") {
+		t.Fatalf("the outer middleware's X-Request-Id was replayed: %q", second.Header.Get("X-Request-Id"))
+	}
+	if first.Header.Get("X-Outer-Removed") != "" {
+		t.Fatalf("a header the handler deleted was sent: %q", first.Header.Get("X-Outer-Removed"))
+	}
+	strip := func(h http.Header) http.Header {
+		h = h.Clone()
+		// Deletions are not recorded: the duplicate keeps the header its
+		// own outer middleware set.
+		for _, name := range []string{"Date", "Set-Cookie", "X-Request-Id", "X-Outer-Removed", "Connection", "X-Hop", handlers.IdempotentReplayedHeader} {
+			h.Del(name)
+		}
+		return h
+	}
+	if a, b := strip(first.Header), strip(second.Header); fmt.Sprint(a) != fmt.Sprint(b) {
+		t.Fatalf("headers differ:\nfirst  %v\nreplay %v", a, b)
+	}
+	if first.ContentLength != int64(len(firstBody)) || first.Header.Get("Location") != "/orders/7" || len(first.Header["X-Multi"]) != 2 {
+		t.Fatalf("first response lost something: %v", first.Header)
+	}
+}
+
+// hookWriter runs onHeader when the status is written: the moment the
+// client could first see the answer.
+type hookWriter struct {
+	http.ResponseWriter
+	onHeader func()
+}
+
+func (h *hookWriter) WriteHeader(code int) {
+	h.onHeader()
+	h.ResponseWriter.WriteHeader(code)
+}
+
+func (h *hookWriter) Write(p []byte) (int, error) { return h.ResponseWriter.Write(p) }
+
+func TestIdempotencyRecordIsFinishedBeforeTheAnswer(t *testing.T) {
+	tests := []struct {
+		name     string
+		handle   func(http.ResponseWriter, *http.Request, int32)
+		wantDup  int
+		wantCode string
+	}{
+		{"a stored response", created, 201, ""},
+		{"a released 5xx", func(w http.ResponseWriter, _ *http.Request, _ int32) { w.WriteHeader(502) }, 201, ""},
+		{"a response streamed past the cap", func(w http.ResponseWriter, _ *http.Request, _ int32) {
+			_, _ = w.Write(bytes.Repeat([]byte("z"), 100))
+		}, 409, "response_not_stored"},
+		{"a flushed response", func(w http.ResponseWriter, _ *http.Request, _ int32) {
+			_, _ = io.WriteString(w, "event: one\n\n")
+			w.(http.Flusher).Flush()
+		}, 409, "response_not_stored"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			k := idempotency.New(newRecordStore(t, nil), idempotency.WithMaxBody(50))
+			app := &orders{handle: func(w http.ResponseWriter, r *http.Request, run int32) {
+				if run == 1 {
+					tc.handle(w, r, run)
+					return
+				}
+				created(w, r, run)
+			}}
+			h := handlers.NewIdempotencyGuard(k, quiet).IdempotentHandler()(app)
+			var dup *httptest.ResponseRecorder
+			w := &hookWriter{ResponseWriter: httptest.NewRecorder(), onHeader: func() {
+				if dup == nil {
+					dup = serve(h, req{}.build()) // a retry the moment the answer starts
+				}
+			}}
+			h.ServeHTTP(w, req{}.build())
+			if dup == nil || dup.Code != tc.wantDup || codeOf(dup) != tc.wantCode {
+				t.Fatalf("retry during the answer: %v, want %d %q (never request_in_progress)", answer(dup), tc.wantDup, tc.wantCode)
+			}
+		})
+	}
+}
+
+func TestIdempotencyPanicReleases(t *testing.T) {
+	for _, sh := range idemShapes {
+		t.Run(sh.name, func(t *testing.T) {
+			ignore := goleak.IgnoreCurrent()
+			t.Cleanup(func() { goleak.VerifyNone(t, ignore) }) // after the store's Close
+			k := idempotency.New(newRecordStore(t, nil))
+			app := &orders{handle: func(w http.ResponseWriter, r *http.Request, run int32) {
+				if run == 1 {
+					w.Header().Set("X-Half", "written")
+					panic("the order service blew up")
+				}
+				created(w, r, run)
+			}}
+			h := sh.mount(handlers.NewIdempotencyGuard(k, quiet), app)
+			steps := []step{
+				{"the panic is answered with 500", req{}, 500, "internal_error", false, 1, ""},
+				{"the retry runs", req{}, 201, "", false, 2, `"run":2`},
+				{"and is stored", req{}, 201, "", true, 2, `"run":2`},
+			}
+			for _, s := range steps {
+				w := serve(h, s.req.build())
+				replayed := w.Header().Get(handlers.IdempotentReplayedHeader) == "true"
+				if w.Code != s.wantStatus || codeOf(w) != s.wantCode || replayed != s.wantReplayed || app.runs.Load() != s.wantRuns || !strings.Contains(w.Body.String(), s.wantBody) {
+					t.Fatalf("%s: got %d %q replayed=%v runs=%d %q", s.name, w.Code, codeOf(w), replayed, app.runs.Load(), w.Body)
+				}
+				if s.wantStatus == 500 && w.Header().Get("X-Half") != "" {
+					t.Fatalf("the panicking handler's headers reached the client: %v", w.Header())
+				}
+			}
+		})
+	}
+}
+
+func TestIdempotencyPanicWhileStreamingAborts(t *testing.T) {
+	k := idempotency.New(newRecordStore(t, nil), idempotency.WithMaxBody(4))
+	app := &orders{handle: func(w http.ResponseWriter, _ *http.Request, _ int32) {
+		_, _ = io.WriteString(w, "more than four bytes")
+		panic("late failure")
+	}}
+	h := handlers.NewIdempotencyGuard(k, quiet).IdempotentHandler()(app)
+	var recovered any
+	func() {
+		defer func() { recovered = recover() }()
+		serve(h, req{}.build())
+	}()
+	if recovered != http.ErrAbortHandler {
+		t.Fatalf("recovered %v, want http.ErrAbortHandler", recovered)
+	}
+}
+
+func TestIdempotencyLeaseExpiryLetsOneRetryRun(t *testing.T) {
+	clk := newFakeClock()
+	k := idempotency.New(newRecordStore(t, clk), idempotency.WithClock(clk.Now), idempotency.WithLockTTL(time.Minute))
+	entered, hold := make(chan struct{}), make(chan struct{})
+	app := &orders{handle: func(w http.ResponseWriter, r *http.Request, run int32) {
+		if run == 1 {
+			close(entered)
+			<-hold // a stuck request whose heartbeat cannot help it (the clock is fake)
+		}
+		created(w, r, run)
+	}}
+	h := handlers.NewIdempotencyGuard(k, quiet).IdempotentHandler()(app)
+	stuck := make(chan *httptest.ResponseRecorder)
+	go func() { stuck <- serve(h, req{}.build()) }()
+	<-entered
+
+	if w := serve(h, req{}.build()); w.Code != 409 || codeOf(w) != "request_in_progress" {
+		t.Fatalf("inside the lease: %d %q", w.Code, codeOf(w))
+	}
+	clk.Advance(time.Minute)
+	const n = 10
+	results := make(chan *httptest.ResponseRecorder, n)
+	var wg sync.WaitGroup
+	for range n {
+		wg.Go(func() { results <- serve(h, req{}.build()) })
+	}
+	wg.Wait()
+	close(results)
+	fresh := 0
+	for w := range results {
+		switch {
+		case w.Code == 201 && w.Header().Get(handlers.IdempotentReplayedHeader) == "":
+			fresh++
+		case w.Code == 201 || codeOf(w) == "request_in_progress":
+		default:
+			t.Errorf("unexpected answer %d %s", w.Code, w.Body)
+		}
+	}
+	if fresh != 1 || app.runs.Load() != 2 {
+		t.Fatalf("after the lease: %d fresh answers, %d runs; want 1 and 2", fresh, app.runs.Load())
+	}
+	close(hold)
+	if w := <-stuck; w.Code != 201 || !strings.Contains(w.Body.String(), `"run":1`) {
+		t.Fatalf("the stuck request still answers its client: %d %s", w.Code, w.Body)
+	}
+	if w := serve(h, req{}.build()); !strings.Contains(w.Body.String(), `"run":2`) || w.Header().Get(handlers.IdempotentReplayedHeader) != "true" {
+		t.Fatalf("the retry's response is the stored one: %d %s", w.Code, w.Body)
+	}
+}
+
+func TestIdempotencyStoreFailure(t *testing.T) {
+	closed := memory.New()
+	_ = closed.Close()
+	tests := []struct {
+		name       string
+		st         store.Store
+		opts       []handlers.IdempotencyOption
+		wantStatus int
+		wantCode   string
+		wantRuns   int32
+	}{
+		{"an unreachable store answers 503 and runs nothing", failingStore{newRecordStore(t, nil), errors.New("dial tcp 10.0.0.7:6379: connection refused")}, nil, 503, "store_unavailable", 0},
+		{"a closed store answers 503 and runs nothing", closed, nil, 503, "store_unavailable", 0},
+		{"a full store answers 503 store_full", failingStore{newRecordStore(t, nil), store.ErrFull}, nil, 503, "store_full", 0},
+		{"UnsafeFailOpen runs the handler without a record", failingStore{newRecordStore(t, nil), errors.New("timeout")}, []handlers.IdempotencyOption{handlers.UnsafeFailOpen(true)}, 201, "", 1},
+	}
+	for _, sh := range idemShapes {
+		for _, tc := range tests {
+			t.Run(sh.name+"/"+tc.name, func(t *testing.T) {
+				app := &orders{}
+				h := sh.mount(handlers.NewIdempotencyGuard(idempotency.New(tc.st), append([]handlers.IdempotencyOption{quiet}, tc.opts...)...), app)
+				w := serve(h, req{}.build())
+				if w.Code != tc.wantStatus || codeOf(w) != tc.wantCode || app.runs.Load() != tc.wantRuns {
+					t.Fatalf("got %d %q runs=%d, want %d %q %d", w.Code, codeOf(w), app.runs.Load(), tc.wantStatus, tc.wantCode, tc.wantRuns)
+				}
+				if tc.wantStatus == 503 && (w.Header().Get("Retry-After") == "" || strings.Contains(w.Body.String(), "10.0.0.7")) {
+					t.Fatalf("503 without Retry-After or leaking the address: %v %s", w.Header(), w.Body)
+				}
+			})
+		}
+	}
+}
+
+func TestIdempotencyFingerprintMode(t *testing.T) {
+	clk := newFakeClock()
+	k := idempotency.New(newRecordStore(t, clk), idempotency.WithClock(clk.Now))
+	app := &orders{}
+	for _, sh := range idemShapes {
+		t.Run(sh.name, func(t *testing.T) {
+			app.runs.Store(0)
+			h := sh.mount(handlers.NewIdempotencyGuard(k, quiet, handlers.WithFingerprintMode(0)), app)
+			body := fmt.Sprintf(`{"shape":%q}`, sh.name) // the two shapes share the store
+			steps := []struct {
+				step
+				advance time.Duration
+			}{
+				{step{"first submit", req{noKey: true, body: body}, 201, "", false, 1, `"run":1`}, 0},
+				{step{"double submit inside the window", req{noKey: true, body: body}, 201, "", true, 1, `"run":1`}, 1999 * time.Millisecond},
+				{step{"another body is another request", req{noKey: true, body: `{"other":1}` + body}, 201, "", false, 2, `"run":2`}, 0},
+				{step{"another caller is another request", req{noKey: true, body: body, remote: "198.51.100.7:1"}, 201, "", false, 3, `"run":3`}, 0},
+				{step{"after the window it runs again", req{noKey: true, body: body}, 201, "", false, 4, `"run":4`}, time.Millisecond},
+				{step{"a keyed request uses its key", req{body: body}, 201, "", false, 5, `"run":5`}, 0},
+				{step{"whose record outlives the window", req{body: body}, 201, "", true, 5, `"run":5`}, time.Hour},
+			}
+			for _, s := range steps {
+				clk.Advance(s.advance)
+				w := serve(h, s.req.build())
+				replayed := w.Header().Get(handlers.IdempotentReplayedHeader) == "true"
+				if w.Code != s.wantStatus || replayed != s.wantReplayed || app.runs.Load() != s.wantRuns || !strings.Contains(w.Body.String(), s.wantBody) {
+					t.Fatalf("%s: got %d replayed=%v runs=%d %q", s.name, w.Code, replayed, app.runs.Load(), w.Body)
+				}
+			}
+		})
+	}
+}
+
+func TestIdempotencyGinWriter(t *testing.T) {
+	k := idempotency.New(newRecordStore(t, nil))
+	var seenStatus []int
+	var runs atomic.Int32
+	r := gin.New()
+	r.Use(func(c *gin.Context) { // an outer middleware reading the status, like a request log
+		c.Next()
+		seenStatus = append(seenStatus, c.Writer.Status())
+	})
+	r.POST("/orders", handlers.NewIdempotencyGuard(k, quiet).Idempotent(), func(c *gin.Context) {
+		n := runs.Add(1)
+		if c.Writer.Written() || c.Writer.Size() != -1 {
+			c.String(500, "fresh writer reports written")
+			return
+		}
+		c.Status(http.StatusAccepted) // overridden below, as gin allows
+		c.Header("Location", "/orders/7")
+		c.SetCookie("session", "s", 60, "/", "", false, true)
+		c.JSON(http.StatusCreated, gin.H{"run": n})
+		if !c.Writer.Written() || c.Writer.Status() != http.StatusCreated || c.Writer.Size() <= 0 {
+			panic("gin writer state is wrong")
+		}
+	})
+	first := serve(r, req{}.build())
+	second := serve(r, req{}.build())
+	if first.Code != 201 || second.Code != 201 || first.Body.String() != second.Body.String() || runs.Load() != 1 {
+		t.Fatalf("first %d %s, second %d %s, runs %d", first.Code, first.Body, second.Code, second.Body, runs.Load())
+	}
+	if second.Header().Get(handlers.IdempotentReplayedHeader) != "true" || second.Header().Get("Location") != "/orders/7" ||
+		second.Header().Get("Content-Type") != first.Header().Get("Content-Type") || second.Header().Get("Set-Cookie") != "" || first.Header().Get("Set-Cookie") == "" {
+		t.Fatalf("replayed headers %v (first %v)", second.Header(), first.Header())
+	}
+	if !slices.Equal(seenStatus, []int{201, 201}) {
+		t.Fatalf("the outer middleware saw %v", seenStatus)
+	}
+}
+
+func TestIdempotencyErrorHandler(t *testing.T) {
+	k := idempotency.New(newRecordStore(t, nil))
+	onError := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		err := handlers.FailureReason(r)
+		w.WriteHeader(handlers.ProblemFor(err).Status)
+		_, _ = fmt.Fprintf(w, "<p>refused: %v</p>", errors.Is(err, idempotency.ErrKeyMissing))
+	})
+	h := handlers.NewIdempotencyGuard(k, handlers.WithIdempotencyErrorHandler(onError)).IdempotentHandler()(&orders{})
+	if w := serve(h, req{noKey: true}.build()); w.Code != 400 || w.Body.String() != "<p>refused: true</p>" {
+		t.Fatalf("got %d %q", w.Code, w.Body)
+	}
+}
+
+func TestParseScope(t *testing.T) {
+	r := httptest.NewRequest(http.MethodPost, "/", nil)
+	r.Header.Set("Authorization", "Bearer alice")
+	tests := []struct {
+		spec      string
+		wantNil   bool
+		wantErr   bool
+		wantScope bool
+	}{
+		{"client_ip", true, false, false},
+		{"", true, false, false},
+		{"header:Authorization", false, false, true},
+		{" header:X-Tenant ", false, false, false}, // absent header: ""
+		{"header:", false, true, false},
+		{"header:Bad Name", false, true, false},
+		{"cookie:session", false, true, false},
+	}
+	for _, tc := range tests {
+		f, err := handlers.ParseScope(tc.spec)
+		if (err != nil) != tc.wantErr || (f == nil) != (tc.wantNil || tc.wantErr) {
+			t.Errorf("ParseScope(%q) = %v, %v", tc.spec, f != nil, err)
+			continue
+		}
+		if f != nil {
+			s := f(r)
+			if (s != "") != tc.wantScope || strings.Contains(s, "alice") {
+				t.Errorf("ParseScope(%q)(r) = %q", tc.spec, s)
+			}
+		}
+	}
+}
+
+func TestIdempotencyProblems(t *testing.T) {
+	tests := []struct {
+		err    error
+		status int
+		code   string
+	}{
+		{idempotency.ErrKeyMissing, 400, "idempotency_key_missing"},
+		{idempotency.ErrInvalidKey, 400, "invalid_idempotency_key"},
+		{idempotency.ErrFingerprintMismatch, 422, "idempotency_key_reused"},
+		{idempotency.ErrInProgress, 409, "request_in_progress"},
+		{idempotency.ErrNotStored, 409, "response_not_stored"},
+		{idempotency.ErrUnavailable, 503, "store_unavailable"},
+		{idempotency.ErrStoreFull, 503, "store_full"},
+		{idempotency.ErrCorrupt, 500, "internal_error"},
+	}
+	for _, tc := range tests {
+		for _, err := range []error{tc.err, fmt.Errorf("%w: detail", tc.err)} {
+			p := handlers.ProblemFor(err)
+			if p.Status != tc.status || p.Code != tc.code || p.Detail == "" {
+				t.Errorf("ProblemFor(%v) = %+v, want %d %s", err, p, tc.status, tc.code)
+			}
+		}
+	}
+}
+
+// BenchmarkIdempotency compares the bare handler with the first run of a
+// key (buffer, record, complete) and the replay of a stored response, on
+// the memory store.
+func BenchmarkIdempotency(b *testing.B) {
+	body := []byte(defaultBody)
+	resp := bytes.Repeat([]byte("r"), 512)
+	app := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusCreated)
+		_, _ = w.Write(resp)
+	})
+	newReq := func(key string) *http.Request {
+		r := httptest.NewRequest(http.MethodPost, "/orders", bytes.NewReader(body))
+		r.Header.Set("Content-Type", "application/json")
+		if key != "" {
+			r.Header.Set(handlers.IdempotencyKeyHeader, key)
+		}
+		return r
+	}
+	st := memory.New()
+	defer st.Close()
+	guarded := handlers.NewIdempotencyGuard(idempotency.New(st)).IdempotentHandler()(app)
+
+	b.Run("bare", func(b *testing.B) {
+		for b.Loop() {
+			app.ServeHTTP(httptest.NewRecorder(), newReq(""))
+		}
+	})
+	b.Run("first-execution", func(b *testing.B) {
+		i := 0
+		for b.Loop() {
+			i++
+			w := httptest.NewRecorder()
+			guarded.ServeHTTP(w, newReq(fmt.Sprintf(`"first-%d"`, i)))
+			if w.Code != http.StatusCreated {
+				b.Fatal(w.Code)
+			}
+		}
+	})
+	b.Run("replay", func(b *testing.B) {
+		guarded.ServeHTTP(httptest.NewRecorder(), newReq(`"replayed"`))
+		for b.Loop() {
+			w := httptest.NewRecorder()
+			guarded.ServeHTTP(w, newReq(`"replayed"`))
+			if w.Header().Get(handlers.IdempotentReplayedHeader) != "true" {
+				b.Fatal("not replayed")
+			}
+		}
+	})
+}
+
+// answer describes a recorded answer for failure messages.
+func answer(w *httptest.ResponseRecorder) string {
+	if w == nil {
+		return "no answer"
+	}
+	return fmt.Sprintf("%d %q", w.Code, codeOf(w))
+}

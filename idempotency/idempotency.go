@@ -1,0 +1,386 @@
+package idempotency
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/replayguard/replayguard/store"
+)
+
+// Sentinel errors. Compare with errors.Is; most are wrapped with detail.
+var (
+	// ErrKeyMissing: a caller that requires a key got none.
+	ErrKeyMissing = errors.New("idempotency: key missing")
+	// ErrInvalidKey: the key is empty, longer than MaxKeyLength, or not
+	// an RFC 8941 sf-string (or bare value) in an Idempotency-Key field.
+	ErrInvalidKey = errors.New("idempotency: invalid key")
+	// ErrFingerprintMismatch: the key is held by a record of another
+	// request (another fingerprint); nothing was run.
+	ErrFingerprintMismatch = errors.New("idempotency: key reused for another request")
+	// ErrInProgress: the key's first execution is still running under its
+	// lease; nothing was run. Retry later.
+	ErrInProgress = errors.New("idempotency: request in progress")
+	// ErrNotStored: the key's execution completed, but its outcome's body
+	// was over the size cap and was not stored, so it cannot be replayed.
+	ErrNotStored = errors.New("idempotency: response not stored")
+	// ErrUnavailable: the store did not confirm the operation. When it
+	// comes from Start or Do, nothing was run.
+	ErrUnavailable = errors.New("idempotency: store unavailable")
+	// ErrStoreFull: a bounded store holds as many live entries as it may;
+	// nothing was run.
+	ErrStoreFull = errors.New("idempotency: store full")
+	// ErrLeaseLost: the execution's record expired or was taken over
+	// before it completed, so its outcome was not recorded and another
+	// execution may run.
+	ErrLeaseLost = errors.New("idempotency: lease lost")
+	// ErrCorrupt: a stored outcome cannot be decoded.
+	ErrCorrupt = errors.New("idempotency: stored outcome corrupt")
+)
+
+// Defaults for the options below.
+const (
+	// DefaultLockTTL is the default lease of a processing record.
+	DefaultLockTTL = 60 * time.Second
+	// DefaultRetention is how long a completed record is kept by default.
+	DefaultRetention = 24 * time.Hour
+	// DefaultMaxBody is the default cap on a stored outcome's body: 1 MiB.
+	DefaultMaxBody = 1 << 20
+	// MaxKeyLength is the longest key ParseKey accepts, in characters.
+	MaxKeyLength = 255
+)
+
+// finishTimeout bounds Complete and Release, which run even when the
+// caller's context is done: the work they record has happened.
+const finishTimeout = 5 * time.Second
+
+// Keeper runs a function at most once per key and hands its outcome to
+// every duplicate. Create it with New; it is safe for concurrent use.
+type Keeper struct {
+	store     store.Store
+	lockTTL   time.Duration
+	retention time.Duration
+	maxBody   int
+	now       func() time.Time
+	// ticker makes the heartbeat's ticks; tests replace it.
+	ticker func(d time.Duration) (<-chan time.Time, func())
+}
+
+// Option configures a Keeper.
+type Option func(*Keeper)
+
+// WithLockTTL sets the lease of a processing record: a duplicate arriving
+// while it runs gets ErrInProgress, and if the execution dies without
+// completing or releasing (a crash, a killed process), the record blocks
+// duplicates until the lease ends, after which one retry runs. A
+// heartbeat renews the lease every d/3 while the execution runs, so d
+// bounds how long a crashed execution blocks its key, not how long an
+// execution may take. Defaults to DefaultLockTTL (60s); d <= 0 keeps the
+// default.
+func WithLockTTL(d time.Duration) Option {
+	return func(k *Keeper) {
+		if d > 0 {
+			k.lockTTL = d
+		}
+	}
+}
+
+// WithRetention sets how long a completed record, and so the outcome
+// duplicates get, is kept, counted from completion. Defaults to
+// DefaultRetention (24h); d <= 0 keeps the default.
+func WithRetention(d time.Duration) Option {
+	return func(k *Keeper) {
+		if d > 0 {
+			k.retention = d
+		}
+	}
+}
+
+// WithMaxBody caps the body of a stored outcome at n bytes: an outcome
+// with a longer body completes its record without the body, and its
+// duplicates get ErrNotStored. Defaults to DefaultMaxBody (1 MiB);
+// n <= 0 keeps the default.
+func WithMaxBody(n int) Option {
+	return func(k *Keeper) {
+		if n > 0 {
+			k.maxBody = n
+		}
+	}
+}
+
+// WithClock replaces time.Now, for tests. Leases and retention are
+// computed from this clock; the store decides when they have passed by
+// its own (Redis by the server's clock). Defaults to time.Now.
+func WithClock(now func() time.Time) Option {
+	return func(k *Keeper) {
+		if now != nil {
+			k.now = now
+		}
+	}
+}
+
+// New returns a Keeper that keeps its records in st.
+func New(st store.Store, opts ...Option) *Keeper {
+	k := &Keeper{
+		store:     st,
+		lockTTL:   DefaultLockTTL,
+		retention: DefaultRetention,
+		maxBody:   DefaultMaxBody,
+		now:       time.Now,
+		ticker: func(d time.Duration) (<-chan time.Time, func()) {
+			t := time.NewTicker(d)
+			return t.C, t.Stop
+		},
+	}
+	return k.apply(opts)
+}
+
+func (k *Keeper) apply(opts []Option) *Keeper {
+	for _, o := range opts {
+		o(k)
+	}
+	return k
+}
+
+// With returns a copy of k with opts applied on top of k's settings, for
+// a route or queue that needs another lease, retention or cap over the
+// same store.
+func (k *Keeper) With(opts ...Option) *Keeper {
+	c := *k
+	return c.apply(opts)
+}
+
+// MaxBody returns the cap on a stored outcome's body, in bytes.
+func (k *Keeper) MaxBody() int { return k.maxBody }
+
+// LockTTL returns the lease of a processing record.
+func (k *Keeper) LockTTL() time.Duration { return k.lockTTL }
+
+// Retention returns how long a completed record is kept.
+func (k *Keeper) Retention() time.Duration { return k.retention }
+
+// Outcome is the result of one execution, the thing every duplicate gets.
+// The HTTP middleware stores a response in it; other callers give the
+// fields their own meaning.
+type Outcome struct {
+	// Status is a result code: an HTTP status for the middleware.
+	Status int
+	// Header holds named values: the response headers worth replaying for
+	// the middleware. It converts to http.Header.
+	Header map[string][]string
+	// Body is the result's payload.
+	Body []byte
+	// BodyOmitted is set on a stored outcome whose body was over the cap
+	// and was not stored; Body is then empty.
+	BodyOmitted bool
+}
+
+// Run is one execution that holds a key's processing record. A heartbeat
+// renews its lease until it ends with Complete or Release, exactly one
+// of which must be called.
+type Run struct {
+	k       *Keeper
+	key     string
+	owner   string
+	onLost  func()
+	stop    chan struct{}
+	done    chan struct{}
+	lost    chan struct{}
+	endOnce sync.Once
+}
+
+// Start opens key's record for an execution of the request whose
+// fingerprint is fingerprint, in one atomic store operation. Exactly one
+// of three things happens:
+//
+//   - this caller is first: run is non-nil, the caller executes and ends
+//     run with Complete or Release;
+//   - the key's execution has completed: run is nil and stored is its
+//     outcome (with ErrNotStored, and without its body, when the body was
+//     not stored);
+//   - err says why neither: ErrFingerprintMismatch, ErrInProgress,
+//     ErrInvalidKey (an empty key), ErrUnavailable or ErrStoreFull.
+//
+// The fingerprint is compared as is; callers hash whatever identifies a
+// request (its body, say) into it.
+func (k *Keeper) Start(ctx context.Context, key, fingerprint string) (run *Run, stored Outcome, err error) {
+	return k.start(ctx, key, fingerprint, nil)
+}
+
+func (k *Keeper) start(ctx context.Context, key, fingerprint string, onLost func()) (*Run, Outcome, error) {
+	if key == "" {
+		return nil, Outcome{}, fmt.Errorf("%w: the key is empty", ErrInvalidKey)
+	}
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return nil, Outcome{}, fmt.Errorf("%w: no randomness for an owner ID: %w", ErrUnavailable, err)
+	}
+	owner := hex.EncodeToString(b[:])
+	rec, acquired, err := k.store.Acquire(ctx, key, fingerprint, owner, k.now().Add(k.lockTTL))
+	if err != nil {
+		return nil, Outcome{}, storeError(err)
+	}
+	if !acquired {
+		switch {
+		case rec.Fingerprint != fingerprint:
+			return nil, Outcome{}, ErrFingerprintMismatch
+		case !rec.Completed:
+			return nil, Outcome{}, ErrInProgress
+		}
+		out, err := decodeOutcome(rec.Response)
+		if err != nil {
+			return nil, Outcome{}, err
+		}
+		if out.BodyOmitted {
+			return nil, out, ErrNotStored
+		}
+		return nil, out, nil
+	}
+	r := &Run{
+		k: k, key: key, owner: owner, onLost: onLost,
+		stop: make(chan struct{}), done: make(chan struct{}), lost: make(chan struct{}),
+	}
+	go r.heartbeat()
+	return r, Outcome{}, nil
+}
+
+func storeError(err error) error {
+	if errors.Is(err, store.ErrFull) {
+		return fmt.Errorf("%w: %w", ErrStoreFull, err)
+	}
+	return fmt.Errorf("%w: %w", ErrUnavailable, err)
+}
+
+// heartbeat renews the lease every lockTTL/3 until the run ends or the
+// lease is found lost. A renewal that fails with an error is retried at
+// the next tick: the lease still has two thirds of its time.
+func (r *Run) heartbeat() {
+	defer close(r.done)
+	every := max(r.k.lockTTL/3, time.Millisecond)
+	ticks, stop := r.k.ticker(every)
+	defer stop()
+	for {
+		select {
+		case <-r.stop:
+			return
+		case <-ticks:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), every)
+		ok, err := r.k.store.Renew(ctx, r.key, r.owner, r.k.now().Add(r.k.lockTTL))
+		cancel()
+		if err == nil && !ok {
+			close(r.lost)
+			if r.onLost != nil {
+				r.onLost()
+			}
+			return
+		}
+	}
+}
+
+// Lost returns a channel that is closed when the heartbeat finds the
+// lease lost (expired or taken over): another execution may be running,
+// and Complete will fail with ErrLeaseLost.
+func (r *Run) Lost() <-chan struct{} { return r.lost }
+
+// end stops the heartbeat and waits for it; it is safe to call twice.
+func (r *Run) end() {
+	r.endOnce.Do(func() { close(r.stop) })
+	<-r.done
+}
+
+// Complete stops the heartbeat and turns the record into a completed one
+// holding out, kept for the Keeper's retention; every duplicate from now
+// on gets out. A body over the cap is left out (BodyOmitted), so
+// duplicates get ErrNotStored; a caller that streams a result it cannot
+// store sets BodyOmitted itself. It runs even when ctx is done, since the
+// work it records has happened, bounded by five seconds. It returns
+// ErrLeaseLost when the record expired or was taken over first, and
+// ErrUnavailable when the store did not confirm: the record then stays
+// processing until its lease ends.
+func (r *Run) Complete(ctx context.Context, out Outcome) error {
+	r.end()
+	if len(out.Body) > r.k.maxBody {
+		out.Body, out.BodyOmitted = nil, true
+	}
+	data := encodeOutcome(out)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finishTimeout)
+	defer cancel()
+	ok, err := r.k.store.Complete(ctx, r.key, r.owner, data, r.k.now().Add(r.k.retention))
+	switch {
+	case err != nil:
+		return storeError(err)
+	case !ok:
+		return ErrLeaseLost
+	}
+	return nil
+}
+
+// Release stops the heartbeat and deletes the record, so that a retry
+// runs. It runs even when ctx is done, bounded by five seconds. It
+// returns ErrLeaseLost when the record expired or was taken over first,
+// and ErrUnavailable when the store did not confirm: the record then
+// stays processing until its lease ends.
+func (r *Run) Release(ctx context.Context) error {
+	r.end()
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finishTimeout)
+	defer cancel()
+	ok, err := r.k.store.Release(ctx, r.key, r.owner)
+	switch {
+	case err != nil:
+		return storeError(err)
+	case !ok:
+		return ErrLeaseLost
+	}
+	return nil
+}
+
+// Do runs fn at most once per key and returns its outcome to every
+// duplicate. The first caller runs fn while a heartbeat renews its lease;
+// then:
+//
+//   - fn returns a nil error: the outcome is recorded (Complete) and
+//     returned with replayed false; if recording fails, the outcome is
+//     returned with that error (the work happened, but a duplicate after
+//     the lease may run it again);
+//   - fn returns an error: the record is released, so a retry runs, and
+//     fn's outcome and error are returned as they are (joined with the
+//     release's error when that fails too);
+//   - fn panics: the record is released and the panic goes on.
+//
+// fn's context is canceled, with cause ErrLeaseLost, when the heartbeat
+// finds the lease lost. A duplicate gets the recorded outcome with
+// replayed true, or Start's errors: ErrInProgress while the first runs,
+// ErrFingerprintMismatch for another fingerprint, ErrNotStored for an
+// outcome whose body was over the cap. When the store cannot be reached,
+// fn never runs and the error is ErrUnavailable.
+func (k *Keeper) Do(ctx context.Context, key, fingerprint string, fn func(ctx context.Context) (Outcome, error)) (out Outcome, replayed bool, err error) {
+	fctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	run, stored, err := k.start(ctx, key, fingerprint, func() { cancel(ErrLeaseLost) })
+	if err != nil {
+		return stored, false, err
+	}
+	if run == nil {
+		return stored, true, nil
+	}
+	returned := false
+	defer func() {
+		if !returned { // fn panicked or called runtime.Goexit
+			_ = run.Release(ctx)
+		}
+	}()
+	out, err = fn(fctx)
+	returned = true
+	if err != nil {
+		if rerr := run.Release(ctx); rerr != nil {
+			err = errors.Join(err, rerr)
+		}
+		return out, false, err
+	}
+	return out, false, run.Complete(ctx, out)
+}

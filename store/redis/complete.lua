@@ -1,0 +1,18 @@
+-- complete.lua: turn an owner's processing record into a completed one
+-- holding the response, kept until a new expiry, in one atomic step.
+--
+-- KEYS[1]  the record key, prefix .. "r:{" .. key .. "}"
+-- ARGV[1]  the owner
+-- ARGV[2]  the response, any bytes
+-- ARGV[3]  the end of retention, Unix milliseconds (PEXPIREAT); it
+--          replaces the lease's expiry
+--
+-- Returns 1 when the record was processing and held by ARGV[1] (with a
+-- past ARGV[3], PEXPIREAT deletes it), else 0 and changes nothing.
+local v = redis.call("HMGET", KEYS[1], "s", "o")
+if v[1] ~= "p" or v[2] ~= ARGV[1] then
+  return 0
+end
+redis.call("HSET", KEYS[1], "s", "c", "r", ARGV[2])
+redis.call("PEXPIREAT", KEYS[1], ARGV[3])
+return 1
