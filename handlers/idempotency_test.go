@@ -31,36 +31,20 @@ import (
 	"github.com/replayguard/replayguard/store"
 	"github.com/replayguard/replayguard/store/memory"
 	redisstore "github.com/replayguard/replayguard/store/redis"
+	"github.com/replayguard/replayguard/store/storetest"
 )
 
 // quiet discards the guard's log lines (the panics the tests provoke).
 var quiet = handlers.WithIdempotencyLogger(slog.New(slog.DiscardHandler))
 
-// fakeClock moves only when told to.
-type fakeClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func newFakeClock() *fakeClock {
-	return &fakeClock{t: time.Date(2026, 5, 6, 7, 8, 9, 0, time.UTC)}
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
+// newFakeClock returns a clock that moves only when told to.
+func newFakeClock() *storetest.Clock {
+	return storetest.NewClock(time.Date(2026, 5, 6, 7, 8, 9, 0, time.UTC))
 }
 
 // newRecordStore returns a memory store on clk (the real clock when nil),
 // closed with the test.
-func newRecordStore(t testing.TB, clk *fakeClock) *memory.Store {
+func newRecordStore(t testing.TB, clk *storetest.Clock) *memory.Store {
 	t.Helper()
 	var opts []memory.Option
 	if clk != nil {

@@ -16,33 +16,19 @@ import (
 	"github.com/replayguard/replayguard/idempotency"
 	"github.com/replayguard/replayguard/store"
 	"github.com/replayguard/replayguard/store/memory"
+	"github.com/replayguard/replayguard/store/storetest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// clock is a fake clock that moves only when told to.
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func newClock() *clock { return &clock{t: time.Date(2026, 5, 6, 7, 8, 9, 0, time.UTC)} }
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
+// newClock returns a fake clock that moves only when told to.
+func newClock() *storetest.Clock {
+	return storetest.NewClock(time.Date(2026, 5, 6, 7, 8, 9, 0, time.UTC))
 }
 
 // newMemory returns a memory store on clk (time.Now when nil), closed at
 // the end of the test.
-func newMemory(t testing.TB, clk *clock) *memory.Store {
+func newMemory(t testing.TB, clk *storetest.Clock) *memory.Store {
 	t.Helper()
 	var opts []memory.Option
 	if clk != nil {
