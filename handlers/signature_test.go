@@ -63,20 +63,17 @@ func ed25519Key(t testing.TB, id string) clientKey {
 	return clientKey{id: id, alg: replay.AlgEd25519, priv: priv}
 }
 
-// keySet is a replay.KeySource over fixed keys.
-type keySet map[string]replay.Key
-
-func (s keySet) Lookup(id string) (replay.Key, bool) {
-	k, ok := s[id]
-	return k, ok
-}
-
-func keysOf(ks ...clientKey) keySet {
-	s := keySet{}
+func keysOf(t testing.TB, ks ...clientKey) *replay.Keys {
+	t.Helper()
+	var rks []replay.Key
 	for _, k := range ks {
-		s[k.id] = k.key()
+		rks = append(rks, k.key())
 	}
-	return s
+	keys, err := replay.NewKeys(rks...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return keys
 }
 
 // signing says how signRequest signs; zero values mean: the required
@@ -365,7 +362,7 @@ func TestSignatureGuard(t *testing.T) {
 						st = tc.store()
 					}
 					t.Cleanup(func() { _ = st.Close() })
-					v := replay.NewVerifier(keysOf(partner, mobile), st, replay.WithClock(clock))
+					v := replay.NewVerifier(keysOf(t, partner, mobile), st, replay.WithClock(clock))
 					var runs atomic.Int64
 					tc.run(t, env{h: sh.build(handlers.NewSignatureGuard(v), &runs), runs: &runs})
 				})
@@ -405,7 +402,7 @@ func TestSignatureGuardTargetURI(t *testing.T) {
 			t.Run(sh.name+"/"+tc.name, func(t *testing.T) {
 				st := memory.New()
 				t.Cleanup(func() { _ = st.Close() })
-				g := handlers.NewSignatureGuard(replay.NewVerifier(keysOf(partner), st), tc.opts...)
+				g := handlers.NewSignatureGuard(replay.NewVerifier(keysOf(t, partner), st), tc.opts...)
 				var h http.Handler
 				if sh.name == "gin" {
 					r := gin.New() // every path, so the path cases reach the middleware
@@ -439,7 +436,7 @@ func TestSignatureGuardUnderStripPrefix(t *testing.T) {
 	st := memory.New()
 	t.Cleanup(func() { _ = st.Close() })
 	var runs atomic.Int64
-	h := signatureShapes[1].build(handlers.NewSignatureGuard(replay.NewVerifier(keysOf(partner), st)), &runs)
+	h := signatureShapes[1].build(handlers.NewSignatureGuard(replay.NewVerifier(keysOf(t, partner), st)), &runs)
 	mux := http.NewServeMux()
 	mux.Handle("/api/", http.StripPrefix("/api", h))
 	req := httptest.NewRequest(http.MethodPost, "http://api.example/api/orders", strings.NewReader("{}"))
@@ -456,7 +453,7 @@ func TestSignatureGuardErrorHandlerAndMetrics(t *testing.T) {
 			st := memory.New()
 			t.Cleanup(func() { _ = st.Close() })
 			var reason error
-			g := handlers.NewSignatureGuard(replay.NewVerifier(keysOf(partner), st),
+			g := handlers.NewSignatureGuard(replay.NewVerifier(keysOf(t, partner), st),
 				handlers.WithSignatureErrorHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 					reason = handlers.FailureReason(r)
 					w.WriteHeader(handlers.ProblemFor(reason).Status)

@@ -245,6 +245,48 @@ func parsePublicKey(s string) (ed25519.PublicKey, error) {
 	return ed25519.PublicKey(raw), nil
 }
 
+// NewKeys returns a key set holding keys, for keys that come from
+// somewhere other than a keys file (a secret manager, a test). It refuses,
+// wrapping ErrBadKeys, what ParseKeys refuses: an id that is not 1 to 256
+// printable ASCII characters, a duplicate id, an unknown alg, an HMAC
+// secret under MinSecretBytes, an Ed25519 public key that is not 32 bytes.
+func NewKeys(keys ...Key) (*Keys, error) {
+	if len(keys) == 0 {
+		return nil, fmt.Errorf("%w: no keys", ErrBadKeys)
+	}
+	k := &Keys{m: make(map[string]Key, len(keys))}
+	for i, key := range keys {
+		if err := key.check(); err != nil {
+			return nil, fmt.Errorf("%w: keys[%d]: %s", ErrBadKeys, i, err)
+		}
+		if _, dup := k.m[key.ID]; dup {
+			return nil, fmt.Errorf("%w: keys[%d]: duplicate id %q", ErrBadKeys, i, key.ID)
+		}
+		k.m[key.ID] = key
+	}
+	return k, nil
+}
+
+// check reports what makes key unusable, naming no key material.
+func (key Key) check() error {
+	if !printableID(key.ID) {
+		return fmt.Errorf("the id must be 1 to %d printable ASCII characters", maxKeyIDLen)
+	}
+	switch key.Alg {
+	case AlgHMACSHA256:
+		if len(key.Secret) < MinSecretBytes {
+			return fmt.Errorf("the secret is %d bytes; at least %d are required", len(key.Secret), MinSecretBytes)
+		}
+	case AlgEd25519:
+		if len(key.PublicKey) != ed25519.PublicKeySize {
+			return fmt.Errorf("the public key is %d bytes, not %d", len(key.PublicKey), ed25519.PublicKeySize)
+		}
+	default:
+		return fmt.Errorf("unknown alg (want %q or %q)", AlgHMACSHA256, AlgEd25519)
+	}
+	return nil
+}
+
 // LoadKeys reads and parses the client keys file at path (at most
 // MaxKeysFileBytes). Errors that are not about the file's contents (it
 // cannot be opened, say) do not wrap ErrBadKeys.

@@ -5,6 +5,7 @@ import (
 	"crypto/ecdsa"
 	"crypto/ed25519"
 	"crypto/elliptic"
+	"crypto/rand"
 	"crypto/x509"
 	"encoding/base64"
 	"encoding/pem"
@@ -311,5 +312,45 @@ func TestKeyStringHidesTheSecret(t *testing.T) {
 		if strings.Contains(s, "SECRET") {
 			t.Errorf("%q shows the secret", s)
 		}
+	}
+}
+
+func TestNewKeys(t *testing.T) {
+	pub, _, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	secret := bytes.Repeat([]byte("s"), MinSecretBytes)
+	hmacKey := Key{ID: "partner-1", Alg: AlgHMACSHA256, Secret: secret}
+	edKey := Key{ID: "mobile", Alg: AlgEd25519, PublicKey: pub}
+	tests := []struct {
+		name string
+		keys []Key
+		ok   bool
+	}{
+		{"an hmac and an ed25519 key", []Key{hmacKey, edKey}, true},
+		{"no keys", nil, false},
+		{"duplicate id", []Key{hmacKey, hmacKey}, false},
+		{"short secret", []Key{{ID: "a", Alg: AlgHMACSHA256, Secret: secret[1:]}}, false},
+		{"public key of the wrong size", []Key{{ID: "a", Alg: AlgEd25519, PublicKey: pub[1:]}}, false},
+		{"unknown alg", []Key{{ID: "a", Alg: "rsa-v1_5-sha256", Secret: secret}}, false},
+		{"id with a control character", []Key{{ID: "a\nb", Alg: AlgHMACSHA256, Secret: secret}}, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			ks, err := NewKeys(tc.keys...)
+			if tc.ok != (err == nil) {
+				t.Fatalf("err = %v, want ok %v", err, tc.ok)
+			}
+			if err != nil {
+				if !errors.Is(err, ErrBadKeys) || strings.Contains(err.Error(), string(secret)) {
+					t.Fatalf("err = %v: want ErrBadKeys and no key material", err)
+				}
+				return
+			}
+			if k, found := ks.Lookup("mobile"); !found || !k.PublicKey.Equal(pub) || ks.Len() != 2 {
+				t.Fatalf("Lookup = %v, %v; Len = %d", k, found, ks.Len())
+			}
+		})
 	}
 }

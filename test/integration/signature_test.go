@@ -60,24 +60,22 @@ func newEd25519Key(t testing.TB, id string) clientKey {
 	return clientKey{id: id, alg: replay.AlgEd25519, priv: priv}
 }
 
-// clientKeys is the server's view of keys, as a replay.KeySource.
-type clientKeys map[string]replay.Key
-
-func (s clientKeys) Lookup(id string) (replay.Key, bool) {
-	k, ok := s[id]
-	return k, ok
-}
-
-func keySource(keys ...clientKey) clientKeys {
-	s := clientKeys{}
+// keySource is the server's view of keys.
+func keySource(t testing.TB, keys ...clientKey) *replay.Keys {
+	t.Helper()
+	var rks []replay.Key
 	for _, k := range keys {
 		rk := replay.Key{ID: k.id, Alg: k.alg, Secret: k.secret}
 		if k.priv != nil {
 			rk.PublicKey = k.priv.Public().(ed25519.PublicKey)
 		}
-		s[k.id] = rk
+		rks = append(rks, rk)
 	}
-	return s
+	ks, err := replay.NewKeys(rks...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ks
 }
 
 // sigSpec says how to sign; zero values mean the required components
@@ -237,7 +235,7 @@ type signatureEnv struct {
 
 func newSignatureEnv(t *testing.T) *signatureEnv {
 	e := &signatureEnv{partner: newHMACKey(t, "partner-1"), mobile: newEd25519Key(t, "mobile"), stranger: newHMACKey(t, "stranger")}
-	keys := keySource(e.partner, e.mobile)
+	keys := keySource(t, e.partner, e.mobile)
 	withVerifier := func(st store.Store, keys replay.KeySource, more ...handlers.Option) serverConfig {
 		return serverConfig{apiOpts: append([]handlers.Option{handlers.WithVerifier(replay.NewVerifier(keys, st))}, more...)}
 	}
@@ -527,7 +525,7 @@ func TestSignatureMiddlewareOverHTTP(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			st := memory.New()
 			t.Cleanup(func() { _ = st.Close() })
-			guard := handlers.NewSignatureGuard(replay.NewVerifier(keySource(partner), st))
+			guard := handlers.NewSignatureGuard(replay.NewVerifier(keySource(t, partner), st))
 			r := gin.New()
 			r.POST("/v1/orders", guard.RequireSignature(), func(c *gin.Context) {
 				res, _ := handlers.SignatureFrom(c.Request.Context())
@@ -591,7 +589,7 @@ func mustRequest(t *testing.T, method, target string, body []byte) *http.Request
 func TestSignatureReplayRace(t *testing.T) {
 	const n = 50
 	partner := newHMACKey(t, "partner-1")
-	keys := keySource(partner)
+	keys := keySource(t, partner)
 	backends := []struct {
 		name string
 		open func(t *testing.T) []store.Store // one store handle per instance
