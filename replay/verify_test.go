@@ -821,14 +821,14 @@ var nonceStores = []struct {
 			t.Fatalf("%s: %v", envURL, err)
 		}
 		opt.ContextTimeoutEnabled = true
-		s := redisstore.New(goredis.NewClient(opt), redisstore.WithPrefix(uniquePrefix(t)))
+		s := redisstore.New(goredis.NewClient(opt), redisstore.WithPrefix(uniquePrefix(t)), redisstore.WithTimeout(5*time.Second))
 		t.Cleanup(func() { s.Close() })
 		return s
 	}},
 	{"cluster", func(t testing.TB) store.Store {
 		addrs := strings.Split(server(t, envCluster), ",")
 		c := goredis.NewClusterClient(&goredis.ClusterOptions{Addrs: addrs, ContextTimeoutEnabled: true})
-		s := redisstore.New(c, redisstore.WithPrefix(uniquePrefix(t)))
+		s := redisstore.New(c, redisstore.WithPrefix(uniquePrefix(t)), redisstore.WithTimeout(5*time.Second))
 		t.Cleanup(func() { s.Close() })
 		return s
 	}},

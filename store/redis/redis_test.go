@@ -95,10 +95,16 @@ func newMiniredis(t *testing.T, opts ...redis.Option) (*redis.Store, *miniredis.
 	}
 }
 
+// loadedTimeout is the store timeout of the suites on real servers: the
+// concurrency cases queue a thousand calls on a 20-connection pool, under
+// -race, beside every other package's tests. The timeout mechanism itself
+// is tested with short timeouts in TestUnreachableRedis.
+const loadedTimeout = 5 * time.Second
+
 // realInstance wraps a store on a real server. The server's clock is the
 // real one: Now is time.Now and Advance sleeps.
 func realInstance(t *testing.T, client goredis.UniversalClient) (*redis.Store, storetest.Instance) {
-	s := redis.New(client, redis.WithPrefix(uniquePrefix(t)))
+	s := redis.New(client, redis.WithPrefix(uniquePrefix(t)), redis.WithTimeout(loadedTimeout))
 	return s, storetest.Instance{
 		Store: s, Limiter: s, Now: time.Now, Advance: time.Sleep,
 		TTL: pttl(t, client, s.TokenKey), RecordTTL: pttl(t, client, s.RecordKey),

@@ -217,7 +217,7 @@ func openRedis(t testing.TB, url, prefix string) *redisstore.Store {
 	}
 	opt.ContextTimeoutEnabled = true
 	opt.PoolSize = 64
-	return redisstore.New(goredis.NewClient(opt), redisstore.WithPrefix(prefix), redisstore.WithTimeout(2*time.Second))
+	return redisstore.New(goredis.NewClient(opt), redisstore.WithPrefix(prefix), redisstore.WithTimeout(5*time.Second))
 }
 
 // openCluster is openRedis for a Redis Cluster given by its seed addresses.
@@ -228,7 +228,7 @@ func openCluster(t testing.TB, addrs, prefix string) *redisstore.Store {
 		ContextTimeoutEnabled: true,
 		PoolSize:              64,
 	})
-	return redisstore.New(client, redisstore.WithPrefix(prefix), redisstore.WithTimeout(2*time.Second))
+	return redisstore.New(client, redisstore.WithPrefix(prefix), redisstore.WithTimeout(5*time.Second))
 }
 
 // reply is a response read in full.
