@@ -153,6 +153,7 @@ func (a *API) Register(r gin.IRoutes) {
 	r.POST("/v1/tokens", a.cors, a.issue)
 	r.OPTIONS("/v1/tokens", a.preflight)
 	r.POST("/v1/tokens/redeem", a.redeem)
+	a.registerForwardAuth(r)
 	r.POST("/v1/signatures/verify", a.verifySignature)
 	files := gin.WrapH(sdk.Handler())
 	for _, p := range []string{sdk.ScriptPath, sdk.ModulePath, sdk.SRIPath} {

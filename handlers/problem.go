@@ -108,6 +108,29 @@ func specFor(err error) problemSpec {
 	return internalProblem
 }
 
+// forwardAuthStatus is the one place where forward-auth answers depart
+// from the problems table, because nginx's auth_request passes on only
+// 2xx, 401 and 403 (any other status becomes a 500 for the client):
+//
+//   - 401 stays for unauthorized (the proxy sent no valid API key);
+//   - every other 4xx becomes 403, keeping its code: the token is missing,
+//     invalid, expired, used, or for another purpose or subject, or the
+//     configured purpose or subject is malformed;
+//   - 5xx stays as it is: store_unavailable and store_full are 503, which
+//     nginx turns into 500, so the request fails closed.
+//
+// Traefik passes any status on, with the problem body.
+func forwardAuthStatus(p Problem) int {
+	switch {
+	case p.Code == "unauthorized":
+		return http.StatusUnauthorized
+	case p.Status >= 400 && p.Status < 500:
+		return http.StatusForbidden
+	default:
+		return p.Status
+	}
+}
+
 // ProblemFor returns the problem an error is answered with. Errors this
 // package does not know become 500 internal_error. A 4xx problem's detail
 // says what was wrong with the request when the error says so, else the
@@ -154,7 +177,12 @@ func (e retryAfterError) Unwrap() error { return e.error }
 // WWW-Authenticate: Bearer on 401 unauthorized and WWW-Authenticate:
 // Signature on the signature 401s.
 func WriteProblem(w http.ResponseWriter, r *http.Request, err error) {
-	p := ProblemFor(err)
+	writeProblem(w, err, ProblemFor(err))
+}
+
+// writeProblem is WriteProblem with p, the problem for err, given: the
+// forward-auth endpoint changes its status first (forwardAuthStatus).
+func writeProblem(w http.ResponseWriter, err error, p Problem) {
 	p.RequestID = w.Header().Get(RequestIDHeader)
 	h := w.Header()
 	h.Set("Content-Type", "application/problem+json")

@@ -1,0 +1,34 @@
+package handlers
+
+import (
+	"net/http"
+	"testing"
+)
+
+// TestForwardAuthStatusCoversTheTable checks every problem in the table,
+// so that no code, including one added later, reaches nginx as a status
+// it turns into 500 by mistake: a forward-auth refusal is 401 for a
+// missing or wrong API key only, 403 for every other client error, and a
+// server error keeps its status.
+func TestForwardAuthStatusCoversTheTable(t *testing.T) {
+	for _, spec := range append(problems[:len(problems):len(problems)], internalProblem) {
+		p := ProblemFor(spec.err)
+		got := forwardAuthStatus(p)
+		switch {
+		case got == http.StatusUnauthorized:
+			if p.Code != "unauthorized" {
+				t.Errorf("%s: 401, but only unauthorized may be", p.Code)
+			}
+		case got == http.StatusForbidden:
+			if p.Status >= 500 || p.Code == "unauthorized" {
+				t.Errorf("%s (%d): 403", p.Code, p.Status)
+			}
+		case got >= 500:
+			if got != p.Status {
+				t.Errorf("%s: %d, want the table's %d", p.Code, got, p.Status)
+			}
+		default:
+			t.Errorf("%s (%d): forward-auth status %d, which nginx auth_request does not understand", p.Code, p.Status, got)
+		}
+	}
+}
