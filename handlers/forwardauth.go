@@ -15,10 +15,16 @@ const ForwardAuthPath = "/v1/tokens/forward-auth"
 // the proxy to pass upstream, and from a proxy to the protected app.
 const TokenIDHeader = "Replayguard-Token-Id"
 
-// forwardAuthMethods are the methods ForwardAuthPath answers. Traefik asks
-// with GET; nginx's auth_request subrequest keeps the method of the
-// request it guards (without its body), so the usual write methods are
-// served too.
+// ProblemCodeHeader carries the problem code on forward-auth refusals, for
+// proxies that drop the problem body: nginx's auth_request keeps only the
+// status, but auth_request_set can take this header for an error_page.
+const ProblemCodeHeader = "Replayguard-Problem-Code"
+
+// forwardAuthMethods are the methods ForwardAuthPath answers. nginx's
+// auth_request subrequest is a GET, and so is Traefik's by default; with
+// preserveRequestMethod Traefik, like some other proxies, asks with the
+// guarded request's own method (without its body), so the write methods
+// are served too.
 var forwardAuthMethods = []string{
 	http.MethodGet, http.MethodHead, http.MethodPost,
 	http.MethodPut, http.MethodPatch, http.MethodDelete,
@@ -33,8 +39,9 @@ func (a *API) registerForwardAuth(r gin.IRoutes) {
 // forwardAuth redeems the token in the Idempotency-Token header for the
 // purpose (and subject) in the query, which the proxy configuration sets;
 // the request body, if any, is never read. It answers 200 with
-// TokenIDHeader and no body, or a problem whose status
-// forwardAuthStatus has made one that auth_request understands.
+// TokenIDHeader and no body, or a problem, with its code in
+// ProblemCodeHeader too, whose status forwardAuthStatus has made one that
+// auth_request understands.
 func (a *API) forwardAuth(c *gin.Context) {
 	c.Header("Cache-Control", "no-store")
 	if len(a.apiKeys) > 0 && !a.authorized(c.Request) {
@@ -60,6 +67,7 @@ func (a *API) forwardAuthFail(c *gin.Context, err error) {
 	p := ProblemFor(err)
 	a.metrics.Redemption(p.Code)
 	p.Status = forwardAuthStatus(p)
+	c.Header(ProblemCodeHeader, p.Code)
 	c.Abort()
 	writeProblem(c.Writer, err, p)
 }

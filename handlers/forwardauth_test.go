@@ -140,6 +140,9 @@ func wantRefusal(t *testing.T, rec *httptest.ResponseRecorder, status int, code 
 	if p.Code != code || p.Status != status || p.Type != handlers.ProblemTypePrefix+code {
 		t.Fatalf("problem = %+v, want code %s and status %d", p, code, status)
 	}
+	if got := rec.Header().Get(handlers.ProblemCodeHeader); got != code {
+		t.Fatalf("%s = %q, want %q", handlers.ProblemCodeHeader, got, code)
+	}
 	if id := rec.Header().Get(handlers.TokenIDHeader); id != "" {
 		t.Fatalf("%s = %q on a refusal", handlers.TokenIDHeader, id)
 	}
@@ -162,6 +165,9 @@ func wantRedeemed(t *testing.T, rec *httptest.ResponseRecorder, id string) {
 	}
 	if rec.Body.Len() != 0 {
 		t.Fatalf("body = %q, want none", rec.Body)
+	}
+	if got := rec.Header().Get(handlers.ProblemCodeHeader); got != "" {
+		t.Fatalf("%s = %q on success", handlers.ProblemCodeHeader, got)
 	}
 }
 
@@ -449,5 +455,7 @@ func TestForwardAuthOutcomes(t *testing.T) {
 func TestForwardAuthOtherMethodsAre405(t *testing.T) {
 	s := newForwardAuthServer(t, false)
 	rec := s.call(forwardAuthCall{method: http.MethodOptions, query: "purpose=checkout"})
-	wantRefusal(t, rec, http.StatusMethodNotAllowed, "method_not_allowed")
+	if rec.Code != http.StatusMethodNotAllowed || problemCode(t, rec) != "method_not_allowed" {
+		t.Fatalf("OPTIONS: %d %s, want 405 method_not_allowed", rec.Code, rec.Body)
+	}
 }
