@@ -1,5 +1,5 @@
 // Package testenv decides, in one place, whether a test suite that needs
-// an outside part (a Redis server, a Redis Cluster, Chromium, Node) skips
+// an outside part (a Redis server, a Redis Cluster, Chromium, Node, nginx) skips
 // or fails when that part is missing.
 package testenv
 
