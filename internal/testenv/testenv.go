@@ -1,6 +1,6 @@
 // Package testenv decides, in one place, whether a test suite that needs
-// an outside part (a Redis server, a Redis Cluster, Chromium, Node, nginx) skips
-// or fails when that part is missing.
+// an outside part (a Redis server, a Redis Cluster, Chromium, Node, nginx)
+// skips or fails when that part is missing.
 package testenv
 
 import (
