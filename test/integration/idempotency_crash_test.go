@@ -219,13 +219,13 @@ func TestIdempotencyCrash(t *testing.T) {
 	// ends by the Redis server's clock, so this polls real time.
 	var first reply
 	for round := 1; ; round++ {
-		replies, errs := s.orders(key, crashRetries)
-		answered := time.Since(sent)
+		answers := s.orders(key, crashRetries)
 		counts := map[string]int{}
-		for i, r := range replies {
-			counts[describeOrder(r, errs[i])]++
-			if errs[i] == nil && isFresh(r) {
-				first = r
+		var ran time.Time // when the execution's answer arrived
+		for _, a := range answers {
+			counts[describeOrder(a.reply, a.err)]++
+			if a.err == nil && isFresh(a.reply) {
+				first, ran = a.reply, a.at
 			}
 		}
 		if counts["409 request_in_progress"] == crashRetries {
@@ -235,7 +235,7 @@ func TestIdempotencyCrash(t *testing.T) {
 			time.Sleep(100 * time.Millisecond) // waiting for the lease to end in Redis
 			continue
 		}
-		t.Logf("round %d, %v after the first request, %v after the kill:\n%s", round, answered, time.Since(killed), formatCounts(counts))
+		t.Logf("round %d, %v after the first request, %v after the kill:\n%s", round, ran.Sub(sent), ran.Sub(killed), formatCounts(counts))
 		if got := app.runs(strconv.Quote(key)); got != 1 {
 			t.Fatalf("%d retries at once ran the handler %d times, want exactly once", crashRetries, got)
 		}
@@ -243,33 +243,32 @@ func TestIdempotencyCrash(t *testing.T) {
 			t.Fatalf("%d answers are an execution's own, want exactly 1", counts["fresh 201"])
 		}
 		wantFresh(t, first)
-		for i, r := range replies {
+		for i, a := range answers {
 			switch {
-			case errs[i] != nil:
-				t.Errorf("retry %d: %v", i, errs[i])
-			case isFresh(r):
-			case isReplay(r):
-				wantReplayOf(t, first, r)
+			case a.err != nil:
+				t.Errorf("retry %d: %v", i, a.err)
+			case isFresh(a.reply):
+			case isReplay(a.reply):
+				wantReplayOf(t, first, a.reply)
 			default:
-				wantInProgress(t, r)
+				wantInProgress(t, a.reply)
 			}
 		}
 		// The record was opened after the first request was sent, with
 		// a crashLockTTL lease: no retry may run before that has passed.
 		// (A few milliseconds of slack for Redis's clock against ours.)
-		if answered < crashLockTTL-10*time.Millisecond {
-			t.Errorf("a retry ran %v after the first request was sent, inside the %v lease", answered, crashLockTTL)
+		if d := ran.Sub(sent); d < crashLockTTL-10*time.Millisecond {
+			t.Errorf("a retry ran %v after the first request was sent, inside the %v lease", d, crashLockTTL)
 		}
 		break
 	}
 
 	t.Run("later duplicates get the replay", func(t *testing.T) {
-		replies, errs := s.orders(key, crashRetries)
-		for i, r := range replies {
-			if errs[i] != nil {
-				t.Fatalf("duplicate %d: %v", i, errs[i])
+		for i, a := range s.orders(key, crashRetries) {
+			if a.err != nil {
+				t.Fatalf("duplicate %d: %v", i, a.err)
 			}
-			wantReplayOf(t, first, r)
+			wantReplayOf(t, first, a.reply)
 		}
 		if got := app.total.Load(); got != 1 {
 			t.Errorf("the handler ran %d times in all, want 1", got)

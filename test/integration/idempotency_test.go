@@ -127,26 +127,34 @@ func (s *idemServer) order(t *testing.T, key string) reply {
 	return r
 }
 
+// answer is one of several answers to requests sent at once.
+type answer struct {
+	reply
+	err error     // in place of the reply
+	at  time.Time // when it was read in full
+}
+
 // orders sends n keyed POST /orders at once (released together) and
-// returns every answer, or the error in its place.
-func (s *idemServer) orders(key string, n int) ([]reply, []error) {
-	replies, errs := make([]reply, n), make([]error, n)
+// returns every answer.
+func (s *idemServer) orders(key string, n int) []answer {
+	answers := make([]answer, n)
 	start := make(chan struct{})
 	var wg sync.WaitGroup
 	for i := range n {
 		req, err := orderRequest(s.URL, key)
 		if err != nil {
-			errs[i] = err
+			answers[i].err = err
 			continue
 		}
 		wg.Go(func() {
 			<-start
-			replies[i], errs[i] = send(s.Client, req)
+			r, err := send(s.Client, req)
+			answers[i] = answer{reply: r, err: err, at: time.Now()}
 		})
 	}
 	close(start)
 	wg.Wait()
-	return replies, errs
+	return answers
 }
 
 // isReplay reports whether r says it is a stored response.
@@ -306,7 +314,7 @@ func TestIdempotencyConcurrentKey(t *testing.T) {
 			s := startIdemServer(t, b.open(t, uniquePrefix(t)), app, gate.wrap, sameKeyRequests+1)
 			key := "order-" + randomHex(t, 8)
 
-			replies, errs := s.orders(key, sameKeyRequests)
+			answers := s.orders(key, sameKeyRequests)
 			if timedOut.Load() {
 				t.Fatalf("the execution was held %v: %d of %d requests arrived, %d answered",
 					holdBound, gate.arrived.Load(), sameKeyRequests, gate.answered.Load())
@@ -314,10 +322,10 @@ func TestIdempotencyConcurrentKey(t *testing.T) {
 
 			counts := map[string]int{}
 			var first reply
-			for i, r := range replies {
-				counts[describeOrder(r, errs[i])]++
-				if errs[i] == nil && isFresh(r) {
-					first = r
+			for _, a := range answers {
+				counts[describeOrder(a.reply, a.err)]++
+				if a.err == nil && isFresh(a.reply) {
+					first = a.reply
 				}
 			}
 			t.Logf("answers to %d requests with one key:\n%s", sameKeyRequests, formatCounts(counts))
@@ -329,15 +337,15 @@ func TestIdempotencyConcurrentKey(t *testing.T) {
 			}
 			wantFresh(t, first)
 			inProgress := 0
-			for i, r := range replies {
+			for i, a := range answers {
 				switch {
-				case errs[i] != nil:
-					t.Errorf("request %d: %v", i, errs[i])
-				case isFresh(r):
-				case isReplay(r):
-					wantReplayOf(t, first, r)
+				case a.err != nil:
+					t.Errorf("request %d: %v", i, a.err)
+				case isFresh(a.reply):
+				case isReplay(a.reply):
+					wantReplayOf(t, first, a.reply)
 				default:
-					wantInProgress(t, r)
+					wantInProgress(t, a.reply)
 					inProgress++
 				}
 			}
