@@ -59,7 +59,8 @@ func freePort(t *testing.T) int {
 	return ln.Addr().(*net.TCPAddr).Port
 }
 
-// redisProcess is a disposable redis-server without persistence.
+// redisProcess is a disposable redis-server, without persistence unless
+// asked for.
 type redisProcess struct {
 	cmd  *exec.Cmd
 	log  string
@@ -67,8 +68,10 @@ type redisProcess struct {
 }
 
 // startRedis runs bin on 127.0.0.1:port in dir and waits until it answers
-// PING. The test's cleanup kills it if it is still running.
-func startRedis(t *testing.T, bin string, port int, dir string) *redisProcess {
+// PING. extra arguments come last, so they override the defaults (such as
+// --appendonly yes for persistence). The test's cleanup kills it if it is
+// still running.
+func startRedis(t *testing.T, bin string, port int, dir string, extra ...string) *redisProcess {
 	t.Helper()
 	log := filepath.Join(dir, "redis-"+strconv.FormatInt(time.Now().UnixNano(), 36)+".log")
 	out, err := os.Create(log)
@@ -76,9 +79,10 @@ func startRedis(t *testing.T, bin string, port int, dir string) *redisProcess {
 		t.Fatal(err)
 	}
 	defer out.Close()
-	cmd := exec.Command(bin,
+	args := []string{
 		"--port", strconv.Itoa(port), "--bind", "127.0.0.1",
-		"--save", "", "--appendonly", "no", "--dir", dir, "--daemonize", "no")
+		"--save", "", "--appendonly", "no", "--dir", dir, "--daemonize", "no"}
+	cmd := exec.Command(bin, append(args, extra...)...)
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("starting %s: %v", bin, err)
