@@ -95,14 +95,19 @@ func WithFingerprintWindow(d time.Duration) Option {
 }
 
 // WithClientIP sets how the client's IP is found, for the default
-// idempotency scope and for X-Forwarded-For. Defaults to the host of
-// r.RemoteAddr; behind a proxy, give the address it forwarded as your
-// router determined it (cmd/server passes Gin's ClientIP, which believes
-// only REPLAYGUARD_TRUSTED_PROXIES).
+// idempotency scope and for X-Forwarded-For; where f returns "", the
+// default applies. Defaults to the host of r.RemoteAddr; behind a proxy,
+// give the address it forwarded as your router determined it (cmd/server
+// passes Gin's ClientIP, which believes only REPLAYGUARD_TRUSTED_PROXIES).
 func WithClientIP(f func(*http.Request) string) Option {
 	return func(g *Gateway) {
 		if f != nil {
-			g.clientIP = f
+			g.clientIP = func(r *http.Request) string {
+				if ip := f(r); ip != "" {
+					return ip
+				}
+				return remoteHost(r)
+			}
 		}
 	}
 }
@@ -408,6 +413,8 @@ func (g *Gateway) rewrite(pr *httputil.ProxyRequest) {
 	pr.SetXForwarded()
 	if ip := g.clientIP(pr.In); ip != "" {
 		pr.Out.Header.Set("X-Forwarded-For", ip)
+	} else {
+		pr.Out.Header.Del("X-Forwarded-For")
 	}
 	StripVerifiedHeaders(pr.Out.Header)
 	ctx := pr.In.Context()
