@@ -366,7 +366,7 @@ func TestTokenPolicy(t *testing.T) {
 			t.Fatalf("the app got %+v", got)
 		}
 
-		// TODO(lead): with handlers.WithTokenRecords in tokenGuard, this
+		// LEAD: with handlers.WithTokenRecords in tokenGuard, this
 		// duplicate gets the first response with Idempotent-Replayed: true.
 		status, _, resp = do(t, newRequest(t, "POST", gw.URL+"/checkout", body, "Content-Type", "application/x-www-form-urlencoded"))
 		if status != http.StatusConflict || problemCode(resp) != "token_used" {
