@@ -31,6 +31,9 @@ var (
 	ErrMethodNotAllowed = errors.New("handlers: method not allowed")
 	// ErrCORSRejected: a CORS preflight from an origin that is not allowed.
 	ErrCORSRejected = errors.New("handlers: cors origin not allowed")
+	// ErrUpstreamUnavailable: the gateway's app could not be reached or
+	// did not answer in time.
+	ErrUpstreamUnavailable = errors.New("handlers: upstream unavailable")
 	// ErrInternal: a bug; the request was not carried out.
 	ErrInternal = errors.New("handlers: internal error")
 )
@@ -90,6 +93,7 @@ var problems = []problemSpec{
 	{idempotency.ErrFingerprintMismatch, http.StatusUnprocessableEntity, "idempotency_key_reused", "Idempotency key reused", "This idempotency key was used for a different request (another method, route or body). Use a new key for a new request."},
 	{ErrTooLarge, http.StatusRequestEntityTooLarge, "payload_too_large", "Payload too large", "The body is over 64 KiB."},
 	{ErrRateLimited, http.StatusTooManyRequests, "rate_limited", "Too many requests", "Too many tokens for this client; retry after Retry-After seconds."},
+	{ErrUpstreamUnavailable, http.StatusBadGateway, "upstream_unavailable", "Upstream unavailable", "The application behind Replayguard could not be reached or did not answer in time. Retry later."},
 	{token.ErrStoreFull, http.StatusServiceUnavailable, "store_full", "Token store full", "The token store holds as many live tokens as it may. Retry later."},
 	{token.ErrUnavailable, http.StatusServiceUnavailable, "store_unavailable", "Store unavailable", "The store did not confirm the operation; nothing was done. Retry later."},
 	{idempotency.ErrStoreFull, http.StatusServiceUnavailable, "store_full", "Store full", "The store holds as many live records as it may; the request was not processed. Retry later."},

@@ -29,6 +29,7 @@ func TestProblemTable(t *testing.T) {
 		{token.ErrUsed, 409, "token_used"},
 		{handlers.ErrTooLarge, 413, "payload_too_large"},
 		{handlers.ErrRateLimited, 429, "rate_limited"},
+		{handlers.ErrUpstreamUnavailable, 502, "upstream_unavailable"},
 		{token.ErrStoreFull, 503, "store_full"},
 		{token.ErrUnavailable, 503, "store_unavailable"},
 		{handlers.ErrNotFound, 404, "not_found"},

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"net/netip"
 	"net/url"
 	"os"
@@ -16,6 +17,8 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
+	"github.com/replayguard/replayguard/gateway"
+	"github.com/replayguard/replayguard/handlers"
 	"github.com/replayguard/replayguard/store"
 	"github.com/replayguard/replayguard/store/memory"
 	"github.com/replayguard/replayguard/token"
@@ -24,14 +27,24 @@ import (
 // config is the server's configuration, from flags, then environment
 // variables, then defaults.
 type config struct {
-	Addr            string
-	SigningKeys     []token.Key
-	APIKeys         []string
-	MachineID       *uint16
-	TokenTTL        time.Duration
-	TokenMaxTTL     time.Duration
-	ClientKeys      string
-	ReplayWindow    time.Duration
+	Addr         string
+	SigningKeys  []token.Key
+	APIKeys      []string
+	MachineID    *uint16
+	TokenTTL     time.Duration
+	TokenMaxTTL  time.Duration
+	ClientKeys   string
+	ReplayWindow time.Duration
+	// Idempotency records (the gateway's, and later the API's).
+	IdempotencyLockTTL   time.Duration
+	IdempotencyRetention time.Duration
+	IdempotencyMaxBody   int
+	IdempotencyScope     func(*http.Request) string // nil: the client IP
+	FingerprintWindow    time.Duration
+	// Gateway mode: Upstream nil means off.
+	Upstream        *url.URL
+	RoutesPath      string
+	Routes          []gateway.Route
 	RedisURL        *goredis.Options
 	RedisCluster    []string
 	KeyPrefix       string
@@ -85,6 +98,54 @@ var settings = []setting{
 		func(c *config, v string) error { c.ClientKeys = v; return nil }},
 	{"REPLAYGUARD_REPLAY_WINDOW", "replay-window", "5m", "how far a signature's created time may lie from the server's clock, either side", false,
 		func(c *config, v string) (err error) { c.ReplayWindow, err = parseDuration(v); return err }},
+	{"REPLAYGUARD_IDEMPOTENCY_LOCK_TTL", "idempotency-lock-ttl", "60s", "lease of a processing idempotency record, renewed while the request runs; a crashed request blocks its key this long (at least 1s)", false,
+		func(c *config, v string) (err error) {
+			if c.IdempotencyLockTTL, err = parseDuration(v); err == nil && c.IdempotencyLockTTL < gateway.MinLockTTL {
+				err = fmt.Errorf("must be at least %v", gateway.MinLockTTL)
+			}
+			return err
+		}},
+	{"REPLAYGUARD_IDEMPOTENCY_RETENTION", "idempotency-retention", "24h", "how long a completed idempotency record, and the response it replays, is kept", false,
+		func(c *config, v string) (err error) {
+			if c.IdempotencyRetention, err = parseDuration(v); err == nil && c.IdempotencyRetention <= 0 {
+				err = errors.New("must be positive")
+			}
+			return err
+		}},
+	{"REPLAYGUARD_IDEMPOTENCY_MAX_BODY", "idempotency-max-body", "1MiB", "largest response body an idempotency record stores, in bytes or with a KiB or MiB suffix (at most 64MiB)", false,
+		func(c *config, v string) (err error) { c.IdempotencyMaxBody, err = gateway.ParseSize(v); return err }},
+	{"REPLAYGUARD_IDEMPOTENCY_SCOPE", "idempotency-scope", "client_ip", "whom a stored idempotency key belongs to: client_ip, or header:<Name> for a hash of that request header", false,
+		func(c *config, v string) (err error) { c.IdempotencyScope, err = handlers.ParseScope(v); return err }},
+	{"REPLAYGUARD_FINGERPRINT_WINDOW", "fingerprint-window", "2s", "how long fingerprint routes replay a keyless request's response to identical requests, from its completion", false,
+		func(c *config, v string) (err error) {
+			if c.FingerprintWindow, err = parseDuration(v); err == nil && c.FingerprintWindow <= 0 {
+				err = errors.New("must be positive")
+			}
+			return err
+		}},
+	{"REPLAYGUARD_UPSTREAM", "upstream", "", "base URL of the app to protect in gateway mode (http or https); empty: no gateway", false,
+		func(c *config, v string) error {
+			if v == "" {
+				return nil
+			}
+			u, err := url.Parse(v)
+			if err == nil && u.User != nil {
+				return errors.New("must not carry a user or password") // not quoted: it may hold a password
+			}
+			if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.RawQuery != "" || u.Fragment != "" {
+				return fmt.Errorf("%q is not an http or https base URL such as http://127.0.0.1:3000 (no query or fragment)", v)
+			}
+			c.Upstream = u
+			return nil
+		}},
+	{"REPLAYGUARD_ROUTES", "routes", "", "path of the gateway's YAML routes file", false,
+		func(c *config, v string) (err error) {
+			if v != "" {
+				c.RoutesPath = v
+				c.Routes, err = gateway.LoadRoutes(v)
+			}
+			return err
+		}},
 	{"REPLAYGUARD_REDIS_URL", "redis-url", "", "redis:// or rediss:// URL of a single Redis server", true,
 		func(c *config, v string) error {
 			if v == "" {
@@ -224,6 +285,14 @@ func loadConfig(args []string, getenv func(string) string) (*config, error) {
 	}
 	if c.StoreTimeout <= 0 || c.StoreTimeout > time.Minute {
 		return nil, errors.New("REPLAYGUARD_STORE_TIMEOUT: must lie within (0, 1m]")
+	}
+	if c.RoutesPath != "" && c.Upstream == nil {
+		return nil, errors.New("REPLAYGUARD_ROUTES is set but REPLAYGUARD_UPSTREAM is not: set the base URL of the app the routes protect")
+	}
+	for i, rt := range c.Routes {
+		if rt.Policy == gateway.PolicySignature && c.ClientKeys == "" {
+			return nil, fmt.Errorf("REPLAYGUARD_ROUTES: routes[%d] (line %d) has policy signature, which needs REPLAYGUARD_CLIENT_KEYS", i, rt.Line)
+		}
 	}
 	if c.ShutdownTimeout <= 0 {
 		return nil, errors.New("REPLAYGUARD_SHUTDOWN_TIMEOUT: must be positive")

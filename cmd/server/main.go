@@ -18,13 +18,16 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
 	"github.com/gin-gonic/gin"
 	goredis "github.com/redis/go-redis/v9"
 
+	"github.com/replayguard/replayguard/gateway"
 	"github.com/replayguard/replayguard/handlers"
+	"github.com/replayguard/replayguard/idempotency"
 	"github.com/replayguard/replayguard/metrics"
 	"github.com/replayguard/replayguard/replay"
 	"github.com/replayguard/replayguard/store"
@@ -117,16 +120,43 @@ func run(ctx context.Context, args []string, getenv func(string) string, out io.
 	if len(cfg.APIKeys) == 0 {
 		log.Warn("REPLAYGUARD_API_KEYS is not set: POST /v1/tokens/redeem is open to every caller")
 	}
+	var ver *replay.Verifier
 	if clientKeys != nil {
-		opts = append(opts, handlers.WithVerifier(verifier(cfg, clientKeys, st, inst, start, log)))
+		ver = verifier(cfg, clientKeys, st, inst, start, log)
+		opts = append(opts, handlers.WithVerifier(ver))
 		if len(cfg.APIKeys) == 0 {
 			log.Warn("REPLAYGUARD_API_KEYS is not set: POST /v1/signatures/verify is open to every caller")
 		}
 		reloadOnHangup(ctx, clientKeys, cfg.ClientKeys, log)
 	}
+	// One Keeper for every idempotency record; routes override its
+	// settings with Keeper.With.
+	keeper := idempotency.New(inst,
+		idempotency.WithLockTTL(cfg.IdempotencyLockTTL),
+		idempotency.WithRetention(cfg.IdempotencyRetention),
+		idempotency.WithMaxBody(cfg.IdempotencyMaxBody))
 	engine, err := handlers.New(svc, opts...).Engine(handlers.EngineConfig{TrustedProxies: cfg.TrustedProxies, Logger: log})
 	if err != nil {
 		return fmt.Errorf("REPLAYGUARD_TRUSTED_PROXIES: %w", err)
+	}
+	if cfg.Upstream != nil {
+		gw, err := gateway.New(cfg.Upstream, cfg.Routes,
+			gateway.WithKeeper(keeper),
+			gateway.WithTokens(svc),
+			gateway.WithVerifier(ver),
+			gateway.WithScope(cfg.IdempotencyScope),
+			gateway.WithFingerprintWindow(cfg.FingerprintWindow),
+			gateway.WithClientIP(ginClientIP),
+			gateway.WithLogger(log),
+			gateway.WithMetrics(m))
+		if err != nil {
+			return fmt.Errorf("REPLAYGUARD_ROUTES: %w", err)
+		}
+		engine.NoRoute(serveGateway(gw))
+		log.Info("gateway: proxying every other path to the upstream", "upstream", cfg.Upstream.String(), "routes", len(cfg.Routes), "routes_file", cfg.RoutesPath)
+		if len(cfg.Routes) == 0 {
+			log.Warn("gateway: no routes (REPLAYGUARD_ROUTES): every request passes through to the upstream without a policy")
+		}
 	}
 
 	ln, err := net.Listen("tcp", cfg.Addr)
@@ -164,6 +194,37 @@ func run(ctx context.Context, args []string, getenv func(string) string, out io.
 	}
 	log.Info("replayguard stopped")
 	return nil
+}
+
+// replayguardPath reports whether path belongs to Replayguard's own API,
+// which the gateway never forwards: /v1/..., /sdk/..., /healthz, /readyz
+// and /metrics. Unknown paths there are 404 not_found.
+func replayguardPath(path string) bool {
+	return strings.HasPrefix(path, "/v1/") || strings.HasPrefix(path, "/sdk/") ||
+		path == "/healthz" || path == "/readyz" || path == "/metrics"
+}
+
+type clientIPKey struct{}
+
+// serveGateway is the engine's NoRoute handler in gateway mode: paths
+// that are not Replayguard's go to gw, with Gin's client IP (which
+// believes only REPLAYGUARD_TRUSTED_PROXIES) for gw's scope and
+// X-Forwarded-For.
+func serveGateway(gw *gateway.Gateway) gin.HandlerFunc {
+	return func(c *gin.Context) {
+		if replayguardPath(c.Request.URL.Path) {
+			c.Abort()
+			handlers.WriteProblem(c.Writer, c.Request, handlers.ErrNotFound)
+			return
+		}
+		gw.ServeHTTP(c.Writer, c.Request.WithContext(context.WithValue(c.Request.Context(), clientIPKey{}, c.ClientIP())))
+	}
+}
+
+// ginClientIP is the client IP serveGateway put in r's context.
+func ginClientIP(r *http.Request) string {
+	ip, _ := r.Context().Value(clientIPKey{}).(string)
+	return ip
 }
 
 // verifier checks signed requests with the client keys, recording nonces

@@ -1,0 +1,57 @@
+// Package gateway runs Replayguard in front of an app that needs no code
+// changes: a reverse proxy (net/http/httputil) that gives each route of a
+// routes file a policy before the request reaches the app.
+//
+// A routes file (ParseRoutes, LoadRoutes) lists Go net/http ServeMux
+// patterns and their policies:
+//
+//	routes:
+//	  - match: "POST /orders"          # Go net/http ServeMux pattern syntax
+//	    policy: idempotency_key        # token | idempotency_key | signature | fingerprint
+//	    required: true                 # idempotency_key: reject requests without a key
+//	  - match: "POST /checkout"
+//	    policy: token
+//	    purpose: checkout
+//
+// The policies are package handlers' middleware around the proxy:
+//
+//   - idempotency_key: an IdempotencyGuard runs the app once per
+//     Idempotency-Key and replays its response, with
+//     Idempotent-Replayed: true, to every duplicate;
+//   - fingerprint: the same, and identical keyless requests (double
+//     submits) inside a short window get the first one's response;
+//   - token: a Guard redeems the token from the Idempotency-Token header,
+//     else the idempotency_token form field, before the app runs; a
+//     request without one gets 400 invalid_request. The app receives the
+//     body as the client sent it and the token's id in
+//     Replayguard-Token-Id;
+//   - signature: a SignatureGuard lets a signed request (RFC 9421)
+//     through once, inside its window; the app receives the signature's
+//     keyid in Replayguard-Client-Key-Id.
+//
+// Requests that match no route pass through without a policy. Client-sent
+// Replayguard-Token-Id and Replayguard-Client-Key-Id headers are removed
+// from every request (StripVerifiedHeaders), and ReverseProxy removes
+// hop-by-hop headers and client-sent X-Forwarded-* and Forwarded headers;
+// the gateway sets X-Forwarded-For, -Host and -Proto itself. When the app
+// cannot be reached, the answer is 502 upstream_unavailable.
+//
+// # Example
+//
+//	routes, err := gateway.LoadRoutes("routes.yaml")
+//	if err != nil {
+//		return err
+//	}
+//	app, _ := url.Parse("http://127.0.0.1:3000")
+//	gw, err := gateway.New(app, routes,
+//		gateway.WithKeeper(idempotency.New(st)),
+//		gateway.WithTokens(tokens))
+//	if err != nil {
+//		return err
+//	}
+//	http.ListenAndServe(":8080", gw)
+//
+// cmd/server does this when REPLAYGUARD_UPSTREAM and REPLAYGUARD_ROUTES
+// are set, keeping its own paths (/v1/..., /sdk/..., /healthz, /readyz,
+// /metrics) for the Replayguard API.
+package gateway

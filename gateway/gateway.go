@@ -1,0 +1,526 @@
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"mime"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"path"
+	"strings"
+	"time"
+
+	"github.com/replayguard/replayguard/handlers"
+	"github.com/replayguard/replayguard/idempotency"
+	"github.com/replayguard/replayguard/metrics"
+	"github.com/replayguard/replayguard/replay"
+	"github.com/replayguard/replayguard/token"
+)
+
+// Headers the gateway sends the app. Client-sent copies are removed from
+// every request, routed or not.
+const (
+	// TokenIDHeader carries the redeemed token's id on PolicyToken routes.
+	TokenIDHeader = "Replayguard-Token-Id"
+	// ClientKeyIDHeader carries the verified signature's keyid on
+	// PolicySignature routes.
+	ClientKeyIDHeader = "Replayguard-Client-Key-Id"
+)
+
+// Timeouts towards the app.
+const (
+	// DefaultTimeout bounds one request to the app, from sending it to
+	// the end of the response body.
+	DefaultTimeout = 30 * time.Second
+	// dialTimeout bounds connecting to the app (and its TLS handshake).
+	dialTimeout = 5 * time.Second
+)
+
+// Gateway is an http.Handler that protects an app it proxies to: each
+// request matching a route gets the route's policy before it reaches the
+// app, every other request passes through. Create it with New.
+type Gateway struct {
+	upstream  *url.URL
+	mux       *http.ServeMux
+	proxy     *httputil.ReverseProxy
+	keeper    *idempotency.Keeper
+	tokens    *token.Service
+	verifier  *replay.Verifier
+	scope     func(*http.Request) string
+	window    time.Duration
+	clientIP  func(*http.Request) string
+	transport http.RoundTripper
+	timeout   time.Duration
+	log       *slog.Logger
+	metrics   *metrics.Metrics
+}
+
+// Option configures a Gateway.
+type Option func(*Gateway)
+
+// WithKeeper keeps the records of PolicyIdempotencyKey,
+// PolicyFingerprint and PolicyToken routes with k; a route's lock_ttl,
+// retention and max_body override k's. Required when a route has one of
+// these policies.
+func WithKeeper(k *idempotency.Keeper) Option { return func(g *Gateway) { g.keeper = k } }
+
+// WithTokens redeems the tokens of PolicyToken routes with s. Required
+// when a route has that policy.
+func WithTokens(s *token.Service) Option { return func(g *Gateway) { g.tokens = s } }
+
+// WithVerifier verifies the signed requests of PolicySignature routes
+// with v. Required when a route has that policy.
+func WithVerifier(v *replay.Verifier) Option { return func(g *Gateway) { g.verifier = v } }
+
+// WithScope sets whom an idempotency record belongs to (see
+// handlers.WithScope and handlers.ParseScope); a function returning ""
+// falls back to the client IP. Defaults to the client IP.
+func WithScope(f func(*http.Request) string) Option { return func(g *Gateway) { g.scope = f } }
+
+// WithFingerprintWindow sets how long PolicyFingerprint routes keep a
+// keyless request's response, from its completion, unless the route sets
+// window. Defaults to handlers.DefaultFingerprintWindow (2s).
+func WithFingerprintWindow(d time.Duration) Option {
+	return func(g *Gateway) {
+		if d > 0 {
+			g.window = d
+		}
+	}
+}
+
+// WithClientIP sets how the client's IP is found, for the default
+// idempotency scope and for X-Forwarded-For; where f returns "", the
+// default applies. Defaults to the host of r.RemoteAddr; behind a proxy,
+// give the address it forwarded as your router determined it (cmd/server
+// passes Gin's ClientIP, which believes only REPLAYGUARD_TRUSTED_PROXIES).
+func WithClientIP(f func(*http.Request) string) Option {
+	return func(g *Gateway) {
+		if f != nil {
+			g.clientIP = func(r *http.Request) string {
+				if ip := f(r); ip != "" {
+					return ip
+				}
+				return remoteHost(r)
+			}
+		}
+	}
+}
+
+// WithTransport sends requests to the app with rt. Defaults to
+// NewTransport().
+func WithTransport(rt http.RoundTripper) Option {
+	return func(g *Gateway) {
+		if rt != nil {
+			g.transport = rt
+		}
+	}
+}
+
+// WithTimeout bounds each request to the app, from sending it to the end
+// of the response body; past it the client gets 502
+// upstream_unavailable. Defaults to DefaultTimeout (30s); d <= 0 keeps
+// the default.
+func WithTimeout(d time.Duration) Option {
+	return func(g *Gateway) {
+		if d > 0 {
+			g.timeout = d
+		}
+	}
+}
+
+// WithLogger sets the logger for upstream failures and the middleware's
+// panics. Defaults to slog.Default().
+func WithLogger(l *slog.Logger) Option {
+	return func(g *Gateway) {
+		if l != nil {
+			g.log = l
+		}
+	}
+}
+
+// WithMetrics counts token redemptions and signature verifications in m.
+// Defaults to nil: nothing is counted.
+func WithMetrics(m *metrics.Metrics) Option { return func(g *Gateway) { g.metrics = m } }
+
+// NewTransport returns the default transport to the app: bounded dials,
+// TLS handshakes and waits for response headers, and pooled connections.
+// It never uses an HTTP proxy from the environment.
+func NewTransport() *http.Transport {
+	return &http.Transport{
+		DialContext:           (&net.Dialer{Timeout: dialTimeout, KeepAlive: 30 * time.Second}).DialContext,
+		TLSHandshakeTimeout:   dialTimeout,
+		ResponseHeaderTimeout: DefaultTimeout,
+		ExpectContinueTimeout: time.Second,
+		IdleConnTimeout:       90 * time.Second,
+		MaxIdleConns:          256,
+		MaxIdleConnsPerHost:   64,
+		ForceAttemptHTTP2:     true,
+	}
+}
+
+// New returns a Gateway to the app at upstream (an http or https base
+// URL; its path prefixes every request's) applying routes. It fails when
+// a route's policy lacks what it needs (WithKeeper, WithTokens,
+// WithVerifier) or when two patterns conflict.
+func New(upstream *url.URL, routes []Route, opts ...Option) (*Gateway, error) {
+	if upstream == nil || (upstream.Scheme != "http" && upstream.Scheme != "https") || upstream.Host == "" {
+		return nil, errors.New("gateway: the upstream must be an absolute http or https URL")
+	}
+	g := &Gateway{
+		upstream: upstream,
+		mux:      http.NewServeMux(),
+		window:   handlers.DefaultFingerprintWindow,
+		timeout:  DefaultTimeout,
+		log:      slog.Default(),
+		clientIP: remoteHost,
+	}
+	for _, o := range opts {
+		o(g)
+	}
+	if g.transport == nil {
+		g.transport = NewTransport()
+	}
+	g.proxy = &httputil.ReverseProxy{
+		Rewrite:        g.rewrite,
+		Transport:      g.transport,
+		ModifyResponse: modifyResponse,
+		ErrorHandler:   g.upstreamError,
+		ErrorLog:       slog.NewLogLogger(g.log.Handler(), slog.LevelWarn),
+	}
+	for i, rt := range routes {
+		h, err := g.policy(rt)
+		if err != nil {
+			return nil, fmt.Errorf("gateway: routes[%d] %q: %w", i, rt.Match, err)
+		}
+		if err := register(g.mux, rt.Match, &route{Route: rt, handler: h}); err != nil {
+			return nil, fmt.Errorf("gateway: routes[%d]: %w", i, describeRegisterError(err, rt, routes[:i]))
+		}
+		if rt.FailOpen {
+			g.log.Warn("gateway: a route fails open: while the store cannot be reached, its requests reach the app without a record, so duplicates run again",
+				"route", rt.Match, "policy", rt.Policy)
+		}
+	}
+	return g, nil
+}
+
+// route is what the gateway's ServeMux holds for a route.
+type route struct {
+	Route
+	handler http.Handler
+}
+
+func (rt *route) ServeHTTP(w http.ResponseWriter, r *http.Request) { rt.handler.ServeHTTP(w, r) }
+
+// ServeHTTP removes client-sent copies of the headers the gateway vouches
+// for, then sends r through its route's policy to the app, or straight to
+// the app when no route matches. A request whose path is not in
+// canonical form (such as /a/../orders) but whose canonical path is
+// routed is redirected there (307), so the policy cannot be bypassed by
+// spelling the path another way.
+func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	StripVerifiedHeaders(r.Header)
+	rt, pattern, redirect := g.match(r)
+	switch {
+	case redirect != "":
+		http.Redirect(w, r, redirect, http.StatusTemporaryRedirect)
+	case rt != nil:
+		r2 := r.WithContext(r.Context())
+		r2.Pattern = pattern
+		rt.ServeHTTP(w, r2)
+	default:
+		g.forward(w, r, false)
+	}
+}
+
+// match finds r's route, or the canonical path to redirect it to.
+func (g *Gateway) match(r *http.Request) (rt *route, pattern, redirect string) {
+	h, pattern := g.mux.Handler(r)
+	if rt, ok := h.(*route); ok {
+		return rt, pattern, ""
+	}
+	if r.Method == http.MethodConnect {
+		return nil, "", ""
+	}
+	esc := r.URL.EscapedPath()
+	clean := cleanPath(esc)
+	if clean == esc {
+		return nil, "", ""
+	}
+	u, err := url.ParseRequestURI(clean)
+	if err != nil {
+		return nil, "", ""
+	}
+	r2 := r.WithContext(r.Context())
+	r2.URL = u
+	if h, _ := g.mux.Handler(r2); h != nil {
+		if _, ok := h.(*route); ok {
+			u.RawQuery = r.URL.RawQuery
+			return nil, "", u.String()
+		}
+	}
+	return nil, "", ""
+}
+
+// cleanPath is ServeMux's canonical form of a path: no . or ..
+// elements, no repeated slashes, the trailing slash kept.
+func cleanPath(p string) string {
+	if p == "" {
+		return "/"
+	}
+	if p[0] != '/' {
+		p = "/" + p
+	}
+	np := path.Clean(p)
+	if p[len(p)-1] == '/' && np != "/" {
+		np += "/"
+	}
+	return np
+}
+
+// StripVerifiedHeaders removes the headers only the gateway may set
+// (TokenIDHeader, ClientKeyIDHeader) from h, in every spelling an app
+// might read as them: any case, and with underscores for hyphens, which
+// CGI-style servers (PHP, Rack, WSGI) turn into the same variable.
+func StripVerifiedHeaders(h http.Header) {
+	for name := range h {
+		n := strings.ReplaceAll(strings.ToLower(name), "_", "-")
+		if n == "replayguard-token-id" || n == "replayguard-client-key-id" {
+			delete(h, name)
+		}
+	}
+}
+
+// policy builds the handler chain of a route: its policy's middleware
+// around the proxy.
+func (g *Gateway) policy(rt Route) (http.Handler, error) {
+	switch rt.Policy {
+	case PolicyIdempotencyKey, PolicyFingerprint:
+		if g.keeper == nil {
+			return nil, errors.New("policy " + rt.Policy + " needs an idempotency.Keeper (WithKeeper)")
+		}
+		opts := []handlers.IdempotencyOption{
+			handlers.WithKeyRequired(rt.Required),
+			handlers.WithScope(g.scopeOf),
+			handlers.UnsafeFailOpen(rt.FailOpen),
+			handlers.WithIdempotencyLogger(g.log),
+		}
+		keeper := g.routeKeeper(rt)
+		opts = append(opts, handlers.WithMaxRequestBody(int64(keeper.MaxBody())))
+		if m := patternMethod(rt.Match); m != "" {
+			opts = append(opts, handlers.WithIdempotencyMethods(m))
+		}
+		if rt.Policy == PolicyFingerprint {
+			window := rt.Window
+			if window <= 0 {
+				window = g.window
+			}
+			opts = append(opts, handlers.WithFingerprintMode(window))
+		}
+		guard := handlers.NewIdempotencyGuard(keeper, opts...)
+		return guard.IdempotentHandler()(g.recorded()), nil
+	case PolicyToken:
+		if g.tokens == nil {
+			return nil, errors.New("policy token needs a token.Service (WithTokens)")
+		}
+		if g.keeper == nil {
+			return nil, errors.New("policy token needs an idempotency.Keeper (WithKeeper) for its records")
+		}
+		keeper := g.routeKeeper(rt)
+		guard := tokenGuard(g.tokens, keeper, g.metrics)
+		inner := guard.RequireTokenHandler(rt.Purpose)(restoreBody(g.recorded()))
+		return bufferForm(int64(keeper.MaxBody()), inner), nil
+	case PolicySignature:
+		if g.verifier == nil {
+			return nil, errors.New("policy signature needs a replay.Verifier (WithVerifier)")
+		}
+		guard := handlers.NewSignatureGuard(g.verifier, handlers.WithSignatureMetrics(g.metrics))
+		return guard.RequireSignatureHandler()(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			g.forward(w, r, false)
+		})), nil
+	}
+	return nil, fmt.Errorf("unknown policy %q", rt.Policy)
+}
+
+// tokenGuard builds the Guard of PolicyToken routes. The issue wants
+// these routes to record the response under the token's ID (so a
+// duplicate submit gets the first response instead of 409 token_used),
+// with k's lease, retention and body cap.
+func tokenGuard(tokens *token.Service, k *idempotency.Keeper, m *metrics.Metrics) *handlers.Guard {
+	_ = k // used by the option below once it exists
+	return handlers.NewGuard(tokens,
+		handlers.WithGuardMetrics(m),
+		// LEAD: add handlers.WithTokenRecords(k), here when it lands (and drop the `_ = k` above).
+	)
+}
+
+// routeKeeper is the gateway's Keeper with the route's overrides.
+func (g *Gateway) routeKeeper(rt Route) *idempotency.Keeper {
+	return g.keeper.With(
+		idempotency.WithLockTTL(rt.LockTTL),
+		idempotency.WithRetention(rt.Retention),
+		idempotency.WithMaxBody(rt.MaxBody),
+	)
+}
+
+// scopeOf is the idempotency scope: the configured one, else the client
+// IP as WithClientIP finds it.
+func (g *Gateway) scopeOf(r *http.Request) string {
+	if g.scope != nil {
+		if s := g.scope(r); s != "" {
+			return s
+		}
+	}
+	return "ip:" + g.clientIP(r)
+}
+
+// recorded is the proxy for routes whose response is recorded.
+func (g *Gateway) recorded() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { g.forward(w, r, true) })
+}
+
+// forward sends r to the app. On routes whose response is recorded
+// (detached), the request to the app is not canceled when the client
+// goes away: the app's answer is recorded for the client's retry instead
+// of being cut off half way, leaving the app's work done but unrecorded.
+// Their writer also hides Flush, so that a streamed (chunked) answer is
+// still buffered and recorded whole.
+func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, detached bool) {
+	ctx := r.Context()
+	if detached {
+		ctx = context.WithoutCancel(ctx)
+		w = noFlush{w}
+	}
+	ctx, cancel := context.WithTimeout(ctx, g.timeout)
+	defer cancel()
+	g.proxy.ServeHTTP(w, r.WithContext(ctx))
+}
+
+// noFlush is a ResponseWriter without Flush, Hijack or Unwrap.
+type noFlush struct{ http.ResponseWriter }
+
+// rewrite builds the request to the app: the upstream's URL, the
+// X-Forwarded-* headers from what the gateway saw (client-sent ones and
+// Forwarded were removed by ReverseProxy), the verified facts, and the
+// request ID.
+func (g *Gateway) rewrite(pr *httputil.ProxyRequest) {
+	pr.SetURL(g.upstream)
+	pr.SetXForwarded()
+	if ip := g.clientIP(pr.In); ip != "" {
+		pr.Out.Header.Set("X-Forwarded-For", ip)
+	} else {
+		pr.Out.Header.Del("X-Forwarded-For")
+	}
+	StripVerifiedHeaders(pr.Out.Header)
+	ctx := pr.In.Context()
+	if c, ok := handlers.TokenFrom(ctx); ok {
+		pr.Out.Header.Set(TokenIDHeader, c.ID)
+	}
+	if s, ok := handlers.SignatureFrom(ctx); ok {
+		pr.Out.Header.Set(ClientKeyIDHeader, s.KeyID)
+	}
+	if id := handlers.RequestID(ctx); id != "" {
+		pr.Out.Header.Set(handlers.RequestIDHeader, id)
+	}
+}
+
+// modifyResponse drops the app's X-Request-ID when the gateway sent one:
+// the response already carries it.
+func modifyResponse(resp *http.Response) error {
+	if resp.Request != nil && resp.Request.Header.Get(handlers.RequestIDHeader) != "" {
+		resp.Header.Del(handlers.RequestIDHeader)
+	}
+	return nil
+}
+
+// upstreamError answers a request the app did not answer: 502
+// upstream_unavailable. The error (an address, a timeout) is logged, not
+// sent.
+func (g *Gateway) upstreamError(w http.ResponseWriter, r *http.Request, err error) {
+	level := slog.LevelWarn
+	if errors.Is(r.Context().Err(), context.Canceled) {
+		level = slog.LevelDebug // the client went away
+	}
+	g.log.LogAttrs(r.Context(), level, "upstream request failed",
+		slog.String("request_id", handlers.RequestID(r.Context())),
+		slog.String("method", r.Method), slog.String("path", r.URL.Path),
+		slog.String("error", err.Error()))
+	handlers.WriteProblem(w, r, fmt.Errorf("%w: %w", handlers.ErrUpstreamUnavailable, err))
+}
+
+// remoteHost is the host of r.RemoteAddr.
+func remoteHost(r *http.Request) string {
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		return r.RemoteAddr
+	}
+	return host
+}
+
+// patternMethod is the method of a ServeMux pattern, or "".
+func patternMethod(pattern string) string {
+	if i := strings.IndexAny(pattern, " \t"); i >= 0 {
+		return pattern[:i]
+	}
+	return ""
+}
+
+type bodyKey struct{}
+
+// bufferForm reads the body of a form request without an
+// Idempotency-Token header, at most limit bytes, so the Guard can parse
+// the idempotency_token field and restoreBody can hand the app the body
+// as the client sent it. Other requests keep their body as a stream.
+func bufferForm(limit int64, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get(handlers.TokenHeader) != "" || !isForm(r.Header.Get("Content-Type")) || r.Body == nil || r.Body == http.NoBody {
+			next.ServeHTTP(w, r)
+			return
+		}
+		if r.ContentLength > limit {
+			handlers.WriteProblem(w, r, fmt.Errorf("%w: the body is over %d bytes, the most this route reads", handlers.ErrTooLarge, limit))
+			return
+		}
+		data, err := io.ReadAll(io.LimitReader(r.Body, limit+1))
+		if err != nil {
+			handlers.WriteProblem(w, r, fmt.Errorf("%w: reading the body: %v", handlers.ErrBadRequest, err))
+			return
+		}
+		if int64(len(data)) > limit {
+			handlers.WriteProblem(w, r, fmt.Errorf("%w: the body is over %d bytes, the most this route reads", handlers.ErrTooLarge, limit))
+			return
+		}
+		_ = r.Body.Close()
+		r = r.WithContext(context.WithValue(r.Context(), bodyKey{}, data))
+		r.Body = io.NopCloser(bytes.NewReader(data))
+		defer func() {
+			if r.MultipartForm != nil {
+				_ = r.MultipartForm.RemoveAll()
+			}
+		}()
+		next.ServeHTTP(w, r)
+	})
+}
+
+// restoreBody gives the request the body bufferForm read, unread again.
+func restoreBody(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if data, ok := r.Context().Value(bodyKey{}).([]byte); ok {
+			r = r.WithContext(r.Context())
+			r.Body = io.NopCloser(bytes.NewReader(data))
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// isForm reports whether a Content-Type is one the Guard reads a form
+// field from.
+func isForm(contentType string) bool {
+	mt, _, err := mime.ParseMediaType(contentType)
+	return err == nil && (mt == "application/x-www-form-urlencoded" || mt == "multipart/form-data")
+}

@@ -1,0 +1,655 @@
+package gateway_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"mime/multipart"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/replayguard/replayguard/gateway"
+	"github.com/replayguard/replayguard/handlers"
+	"github.com/replayguard/replayguard/idempotency"
+	"github.com/replayguard/replayguard/replay"
+	"github.com/replayguard/replayguard/store/memory"
+	"github.com/replayguard/replayguard/token"
+)
+
+// app is an upstream that records what reached it and answers with
+// respond (by default 201 and a JSON echo).
+type app struct {
+	srv     *httptest.Server
+	mu      sync.Mutex
+	got     []seen
+	respond http.HandlerFunc
+}
+
+// seen is one request as the app received it.
+type seen struct {
+	Method, Path, Host string
+	Header             http.Header
+	Body               string
+}
+
+func newApp(t *testing.T) *app {
+	t.Helper()
+	a := &app{}
+	a.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		a.mu.Lock()
+		a.got = append(a.got, seen{r.Method, r.URL.RequestURI(), r.Host, r.Header.Clone(), string(body)})
+		n := len(a.got)
+		respond := a.respond
+		a.mu.Unlock()
+		if respond != nil {
+			respond(w, r)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusCreated)
+		_ = json.NewEncoder(w).Encode(map[string]any{"execution": n, "path": r.URL.Path})
+	}))
+	t.Cleanup(a.srv.Close)
+	return a
+}
+
+func (a *app) requests() []seen {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return append([]seen(nil), a.got...)
+}
+
+func (a *app) url(t *testing.T) *url.URL {
+	u, err := url.Parse(a.srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return u
+}
+
+// deps are what the policies need, on one memory store.
+type deps struct {
+	keeper *idempotency.Keeper
+	tokens *token.Service
+}
+
+func newDeps(t *testing.T) deps {
+	t.Helper()
+	st := memory.New()
+	t.Cleanup(func() { _ = st.Close() })
+	key, err := token.GenerateKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc, err := token.New(st, []token.Key{key}, token.WithMachineID(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return deps{keeper: idempotency.New(st), tokens: svc}
+}
+
+var quiet = gateway.WithLogger(slog.New(slog.DiscardHandler))
+
+// serve runs a gateway to upstream with the routes in yaml.
+func serve(t *testing.T, upstream *url.URL, yaml string, opts ...gateway.Option) *httptest.Server {
+	t.Helper()
+	routes, err := gateway.ParseRoutes([]byte(yaml))
+	if err != nil {
+		t.Fatal(err)
+	}
+	gw, err := gateway.New(upstream, routes, append([]gateway.Option{quiet}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(gw)
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+// do sends req and returns the status, headers and body.
+func do(t *testing.T, req *http.Request) (int, http.Header, string) {
+	t.Helper()
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.StatusCode, resp.Header, string(body)
+}
+
+func newRequest(t *testing.T, method, target, body string, header ...string) *http.Request {
+	t.Helper()
+	var rd io.Reader
+	if body != "" {
+		rd = strings.NewReader(body)
+	}
+	req, err := http.NewRequest(method, target, rd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header[header[i]] = append(req.Header[header[i]], header[i+1]) // as written, not canonicalised
+	}
+	return req
+}
+
+// problemCode is the code of a problem+json body, or "".
+func problemCode(body string) string {
+	var p handlers.Problem
+	_ = json.Unmarshal([]byte(body), &p)
+	return p.Code
+}
+
+const routingRoutes = `routes:
+  - match: "POST /orders"
+    policy: idempotency_key
+    required: true
+  - match: "POST /checkout"
+    policy: token
+    purpose: checkout
+  - match: "POST shop.test/hosted"
+    policy: idempotency_key
+    required: true
+`
+
+func TestRouting(t *testing.T) {
+	a := newApp(t)
+	d := newDeps(t)
+	gw := serve(t, a.url(t), routingRoutes, gateway.WithKeeper(d.keeper), gateway.WithTokens(d.tokens))
+	tests := []struct {
+		name, method, path, host string
+		status                   int
+		code                     string // problem code, when refused
+		location                 string // redirect target
+		reachesApp               bool
+	}{
+		{"routed: a keyless POST /orders is refused", "POST", "/orders", "", 400, "idempotency_key_missing", "", false},
+		{"routed whatever the query", "POST", "/orders?x=1", "", 400, "idempotency_key_missing", "", false},
+		{"routed: a tokenless POST /checkout is refused", "POST", "/checkout", "", 400, "invalid_request", "", false},
+		{"another method passes through", "GET", "/orders", "", 201, "", "", true},
+		{"another path passes through", "POST", "/orders/7", "", 201, "", "", true},
+		{"paths are case-sensitive", "POST", "/Orders", "", 201, "", "", true},
+		{"a trailing slash is another path", "POST", "/orders/", "", 201, "", "", true},
+		{"an unrouted path passes through", "POST", "/comments", "", 201, "", "", true},
+		{"a host pattern needs its host", "POST", "/hosted", "", 201, "", "", true},
+		{"a host pattern routes its host", "POST", "/hosted", "shop.test", 400, "idempotency_key_missing", "", false},
+		{"a doubled slash to a routed path redirects", "POST", "/x/..//orders", "", 307, "", "/orders", false},
+		{"a dot to a routed path redirects", "POST", "/./orders", "", 307, "", "/orders", false},
+		{"a dot segment to a routed path redirects", "POST", "/x/../orders?a=1", "", 307, "", "/orders?a=1", false},
+		{"an unclean unrouted path passes through as sent", "POST", "/x/../comments", "", 201, "", "", true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			before := len(a.requests())
+			req := newRequest(t, tc.method, gw.URL, "")
+			req.URL.Opaque = tc.path // sent exactly as written
+			if p, q, ok := strings.Cut(tc.path, "?"); ok {
+				req.URL.Opaque, req.URL.RawQuery = p, q
+			}
+			if tc.host != "" {
+				req.Host = tc.host
+			}
+			client := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+			resp, err := client.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != tc.status || problemCode(string(body)) != tc.code {
+				t.Fatalf("= %d %s, want %d %q", resp.StatusCode, body, tc.status, tc.code)
+			}
+			if loc := resp.Header.Get("Location"); loc != tc.location {
+				t.Fatalf("Location = %q, want %q", loc, tc.location)
+			}
+			got := a.requests()[before:]
+			if reached := len(got) > 0; reached != tc.reachesApp {
+				t.Fatalf("reached the app: %v, want %v", reached, tc.reachesApp)
+			}
+			if tc.reachesApp && got[0].Path != tc.path {
+				t.Fatalf("the app got %s, want %s as sent", got[0].Path, tc.path)
+			}
+		})
+	}
+}
+
+func TestStripVerifiedHeaders(t *testing.T) {
+	h := http.Header{
+		"Replayguard-Token-Id":      {"a"},
+		"replayguard-token-id":      {"b"},
+		"REPLAYGUARD-CLIENT-KEY-ID": {"c"},
+		"Replayguard_Token_Id":      {"d"},
+		"Replayguard_client_key_id": {"e"},
+		"Replayguard-Token-Ids":     {"kept"},
+		"Content-Type":              {"kept"},
+	}
+	gateway.StripVerifiedHeaders(h)
+	if len(h) != 2 || h.Get("Content-Type") != "kept" || h.Get("Replayguard-Token-Ids") != "kept" {
+		t.Fatalf("left %v", h)
+	}
+}
+
+// spoofs are client-sent copies of the verified headers in the spellings
+// an app might read.
+var spoofs = []string{
+	"Replayguard-Token-Id", "spoof-1",
+	"replayguard-token-id", "spoof-2",
+	"REPLAYGUARD-CLIENT-KEY-ID", "spoof-3",
+	"Replayguard_Token_Id", "spoof-4",
+	"replayguard_client_key_id", "spoof-5",
+}
+
+// hopByHop are headers for one connection only, and one a Connection
+// header names.
+var hopByHop = []string{
+	"Connection", "X-Hop, Replayguard-Token-Id",
+	"X-Hop", "1",
+	"Keep-Alive", "timeout=5",
+	"Proxy-Authorization", "Basic c2VjcmV0",
+	"Proxy-Connection", "keep-alive",
+	"Te", "gzip",
+}
+
+func TestHeaderHygiene(t *testing.T) {
+	a := newApp(t)
+	d := newDeps(t)
+	gw := serve(t, a.url(t), routingRoutes, gateway.WithKeeper(d.keeper), gateway.WithTokens(d.tokens))
+	is, err := d.tokens.Issue(context.Background(), token.IssueRequest{Purpose: "checkout"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	headers := append(append(append([]string{}, spoofs...), hopByHop...),
+		"X-Forwarded-For", "6.6.6.6", "X-Forwarded-Host", "evil.test", "X-Forwarded-Proto", "https", "Forwarded", "for=6.6.6.6")
+	tests := []struct {
+		name    string
+		req     *http.Request
+		tokenID string // the Replayguard-Token-Id the app must get
+	}{
+		{"unrouted", newRequest(t, "GET", gw.URL+"/hello", "", headers...), ""},
+		{"routed (token)", newRequest(t, "POST", gw.URL+"/checkout", "", append([]string{"Idempotency-Token", is.Token}, headers...)...), is.ID},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			before := len(a.requests())
+			if status, _, body := do(t, tc.req); status != http.StatusCreated {
+				t.Fatalf("= %d %s", status, body)
+			}
+			got := a.requests()[before:]
+			if len(got) != 1 {
+				t.Fatalf("the app got %d requests", len(got))
+			}
+			h := got[0].Header
+			for name, vs := range h {
+				n := strings.ReplaceAll(strings.ToLower(name), "_", "-")
+				if n == "replayguard-client-key-id" || (n == "replayguard-token-id" && (len(vs) != 1 || vs[0] != tc.tokenID)) {
+					t.Errorf("the app got %s: %q", name, vs)
+				}
+				for _, v := range vs {
+					if strings.HasPrefix(v, "spoof-") {
+						t.Errorf("the app got a spoofed value in %s: %q", name, v)
+					}
+				}
+			}
+			if tc.tokenID != "" && h.Get(gateway.TokenIDHeader) != tc.tokenID {
+				t.Errorf("Replayguard-Token-Id = %q, want %q (a Connection header naming it must not drop it)", h.Get(gateway.TokenIDHeader), tc.tokenID)
+			}
+			for _, hop := range []string{"X-Hop", "Keep-Alive", "Proxy-Authorization", "Proxy-Connection", "Te", "Forwarded"} {
+				if v, ok := h[hop]; ok {
+					t.Errorf("the app got %s: %q", hop, v)
+				}
+			}
+			if c := h.Get("Connection"); c != "" && c != "close" && c != "keep-alive" {
+				t.Errorf("the app got Connection: %q", c)
+			}
+			if xff := h.Get("X-Forwarded-For"); xff != "127.0.0.1" {
+				t.Errorf("X-Forwarded-For = %q, want the peer 127.0.0.1 only", xff)
+			}
+			if xfh, xfp := h.Get("X-Forwarded-Host"), h.Get("X-Forwarded-Proto"); xfh != strings.TrimPrefix(gw.URL, "http://") || xfp != "http" {
+				t.Errorf("X-Forwarded-Host, -Proto = %q, %q: want what the gateway saw", xfh, xfp)
+			}
+		})
+	}
+}
+
+func TestClientIPOption(t *testing.T) {
+	a := newApp(t)
+	gw := serve(t, a.url(t), "", gateway.WithClientIP(func(*http.Request) string { return "203.0.113.9" }))
+	if status, _, body := do(t, newRequest(t, "GET", gw.URL+"/x", "", "X-Forwarded-For", "6.6.6.6")); status != http.StatusCreated {
+		t.Fatalf("= %d %s", status, body)
+	}
+	if xff := a.requests()[0].Header.Get("X-Forwarded-For"); xff != "203.0.113.9" {
+		t.Fatalf("X-Forwarded-For = %q", xff)
+	}
+}
+
+func TestTokenPolicy(t *testing.T) {
+	a := newApp(t)
+	d := newDeps(t)
+	gw := serve(t, a.url(t), `routes:
+  - match: "POST /checkout"
+    policy: token
+    purpose: checkout
+    max_body: 1KiB
+`, gateway.WithKeeper(d.keeper), gateway.WithTokens(d.tokens))
+	issue := func(purpose string) token.Issued {
+		is, err := d.tokens.Issue(context.Background(), token.IssueRequest{Purpose: purpose})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return is
+	}
+
+	t.Run("a form field token: the app gets the body as sent and the token's id", func(t *testing.T) {
+		is := issue("checkout")
+		body := "item=book&idempotency_token=" + url.QueryEscape(is.Token) + "&qty=2"
+		before := len(a.requests())
+		status, _, resp := do(t, newRequest(t, "POST", gw.URL+"/checkout", body, "Content-Type", "application/x-www-form-urlencoded"))
+		if status != http.StatusCreated {
+			t.Fatalf("= %d %s", status, resp)
+		}
+		got := a.requests()[before:]
+		if len(got) != 1 || got[0].Body != body || got[0].Header.Get(gateway.TokenIDHeader) != is.ID {
+			t.Fatalf("the app got %+v", got)
+		}
+
+		// LEAD: with handlers.WithTokenRecords in tokenGuard, this
+		// duplicate gets the first response with Idempotent-Replayed: true.
+		status, _, resp = do(t, newRequest(t, "POST", gw.URL+"/checkout", body, "Content-Type", "application/x-www-form-urlencoded"))
+		if status != http.StatusConflict || problemCode(resp) != "token_used" {
+			t.Fatalf("duplicate = %d %s", status, resp)
+		}
+		if n := len(a.requests()) - before; n != 1 {
+			t.Fatalf("the app ran %d times", n)
+		}
+	})
+
+	t.Run("a multipart form field token", func(t *testing.T) {
+		is := issue("checkout")
+		var b bytes.Buffer
+		mw := multipart.NewWriter(&b)
+		_ = mw.WriteField("idempotency_token", is.Token)
+		_ = mw.WriteField("item", "pen")
+		_ = mw.Close()
+		before := len(a.requests())
+		status, _, resp := do(t, newRequest(t, "POST", gw.URL+"/checkout", b.String(), "Content-Type", mw.FormDataContentType()))
+		if status != http.StatusCreated {
+			t.Fatalf("= %d %s", status, resp)
+		}
+		got := a.requests()[before:]
+		if len(got) != 1 || got[0].Body != b.String() || got[0].Header.Get(gateway.TokenIDHeader) != is.ID {
+			t.Fatalf("the app got %+v", got)
+		}
+	})
+
+	t.Run("a header token: the body streams through untouched", func(t *testing.T) {
+		is := issue("checkout")
+		body := strings.Repeat("x", 4096) // over max_body: not read, since the header has the token
+		before := len(a.requests())
+		status, _, resp := do(t, newRequest(t, "POST", gw.URL+"/checkout", body, "Idempotency-Token", is.Token, "Content-Type", "application/octet-stream"))
+		if status != http.StatusCreated {
+			t.Fatalf("= %d %s", status, resp)
+		}
+		if got := a.requests()[before:]; len(got) != 1 || got[0].Body != body || got[0].Header.Get(gateway.TokenIDHeader) != is.ID {
+			t.Fatalf("the app got %d requests", len(got))
+		}
+	})
+
+	refusals := []struct {
+		name   string
+		req    func() *http.Request
+		status int
+		code   string
+	}{
+		{"no token at all", func() *http.Request {
+			return newRequest(t, "POST", gw.URL+"/checkout", "item=book", "Content-Type", "application/x-www-form-urlencoded")
+		}, 400, "invalid_request"},
+		{"no token and a JSON body", func() *http.Request {
+			return newRequest(t, "POST", gw.URL+"/checkout", `{"idempotency_token":"x"}`, "Content-Type", "application/json")
+		}, 400, "invalid_request"},
+		{"a token for another purpose", func() *http.Request {
+			return newRequest(t, "POST", gw.URL+"/checkout", "", "Idempotency-Token", issue("other").Token)
+		}, 403, "purpose_mismatch"},
+		{"a forged token", func() *http.Request {
+			return newRequest(t, "POST", gw.URL+"/checkout", "", "Idempotency-Token", "not.a.token")
+		}, 401, "token_invalid"},
+		{"a form over max_body", func() *http.Request {
+			return newRequest(t, "POST", gw.URL+"/checkout", "idempotency_token="+issue("checkout").Token+"&pad="+strings.Repeat("p", 1024), "Content-Type", "application/x-www-form-urlencoded")
+		}, 413, "payload_too_large"},
+	}
+	for _, tc := range refusals {
+		t.Run("refused before the app: "+tc.name, func(t *testing.T) {
+			before := len(a.requests())
+			status, _, resp := do(t, tc.req())
+			if status != tc.status || problemCode(resp) != tc.code {
+				t.Fatalf("= %d %s, want %d %s", status, resp, tc.status, tc.code)
+			}
+			if n := len(a.requests()) - before; n != 0 {
+				t.Fatalf("the app ran %d times", n)
+			}
+		})
+	}
+}
+
+func TestIdempotencyRecordsStreamedResponses(t *testing.T) {
+	a := newApp(t)
+	a.respond = func(w http.ResponseWriter, r *http.Request) {
+		// No Content-Length and flushes: ReverseProxy flushes such a
+		// response as it goes, which must not stop it being recorded.
+		w.Header().Set("Content-Type", "text/plain")
+		w.WriteHeader(http.StatusAccepted)
+		for i := range 3 {
+			_, _ = io.WriteString(w, strings.Repeat(string(rune('a'+i)), 5000))
+			http.NewResponseController(w).Flush()
+		}
+	}
+	d := newDeps(t)
+	gw := serve(t, a.url(t), "routes:\n  - {match: \"POST /orders\", policy: idempotency_key, required: true}\n", gateway.WithKeeper(d.keeper))
+	var first string
+	for i, want := range []string{"", "true"} {
+		status, h, body := do(t, newRequest(t, "POST", gw.URL+"/orders", `{"n":1}`, "Idempotency-Key", `"k1"`, "Content-Type", "application/json"))
+		if status != http.StatusAccepted || len(body) != 15000 || h.Get("Idempotent-Replayed") != want {
+			t.Fatalf("request %d = %d, %d bytes, replayed %q", i, status, len(body), h.Get("Idempotent-Replayed"))
+		}
+		if i == 0 {
+			first = body
+		} else if body != first {
+			t.Fatal("the replay differs from the first response")
+		}
+	}
+	if n := len(a.requests()); n != 1 {
+		t.Fatalf("the app ran %d times", n)
+	}
+}
+
+func TestRecordedRequestOutlivesItsClient(t *testing.T) {
+	a := newApp(t)
+	started, finish := make(chan struct{}), make(chan struct{})
+	a.respond = func(w http.ResponseWriter, r *http.Request) {
+		close(started)
+		<-finish
+		w.WriteHeader(http.StatusCreated)
+		_, _ = io.WriteString(w, "order 1")
+	}
+	d := newDeps(t)
+	routes, err := gateway.ParseRoutes([]byte("routes:\n  - {match: \"POST /orders\", policy: idempotency_key, required: true}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	gw, err := gateway.New(a.url(t), routes, quiet, gateway.WithKeeper(d.keeper))
+	if err != nil {
+		t.Fatal(err)
+	}
+	gone := make(chan struct{}, 1) // the gateway saw its client go away
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		stop := context.AfterFunc(r.Context(), func() { gone <- struct{}{} })
+		defer stop()
+		gw.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	req := newRequest(t, "POST", srv.URL+"/orders", "{}", "Idempotency-Key", `"k1"`).WithContext(ctx)
+	gave := make(chan error, 1)
+	go func() {
+		resp, err := http.DefaultClient.Do(req)
+		if err == nil {
+			resp.Body.Close()
+		}
+		gave <- err
+	}()
+	<-started
+	cancel() // the client gives up while the app works
+	if err := <-gave; !errors.Is(err, context.Canceled) {
+		t.Fatalf("the client got %v", err)
+	}
+	<-gone // the gateway's request context is canceled; the app still works
+	a.mu.Lock()
+	a.respond = func(w http.ResponseWriter, r *http.Request) { t.Error("the retry ran the app again") }
+	a.mu.Unlock()
+	close(finish)
+
+	// The retry gets the first execution's answer once it is recorded:
+	// 409 request_in_progress until then.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		status, h, body := do(t, newRequest(t, "POST", srv.URL+"/orders", "{}", "Idempotency-Key", `"k1"`))
+		if status == http.StatusCreated && body == "order 1" && h.Get("Idempotent-Replayed") == "true" {
+			break
+		}
+		if status != http.StatusConflict || problemCode(body) != "request_in_progress" || time.Now().After(deadline) {
+			t.Fatalf("retry = %d %s", status, body)
+		}
+		time.Sleep(10 * time.Millisecond) // polling a real connection's outcome
+	}
+}
+
+// deadUpstream is the URL of a port nothing listens on.
+func deadUpstream(t *testing.T) *url.URL {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := &url.URL{Scheme: "http", Host: ln.Addr().String()}
+	_ = ln.Close()
+	return u
+}
+
+func TestUpstreamUnavailable(t *testing.T) {
+	d := newDeps(t)
+	gw := serve(t, deadUpstream(t), "routes:\n  - {match: \"POST /orders\", policy: idempotency_key, required: true}\n", gateway.WithKeeper(d.keeper))
+	for _, tc := range []struct{ name, method, path string }{
+		{"unrouted", "GET", "/hello"},
+		{"routed", "POST", "/orders"},
+		{"routed retry: the 502 released the key", "POST", "/orders"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			status, h, body := do(t, newRequest(t, tc.method, gw.URL+tc.path, "{}", "Idempotency-Key", `"k1"`))
+			if status != http.StatusBadGateway || problemCode(body) != "upstream_unavailable" || h.Get("Content-Type") != "application/problem+json" {
+				t.Fatalf("= %d %s %v", status, body, h)
+			}
+			if strings.Contains(body, "127.0.0.1") {
+				t.Fatalf("the problem reveals the upstream's address: %s", body)
+			}
+		})
+	}
+}
+
+func TestUpstreamTimeout(t *testing.T) {
+	a := newApp(t)
+	release := make(chan struct{})
+	t.Cleanup(func() { close(release) })
+	a.respond = func(w http.ResponseWriter, r *http.Request) { <-release }
+	gw := serve(t, a.url(t), "", gateway.WithTimeout(50*time.Millisecond))
+	status, _, body := do(t, newRequest(t, "GET", gw.URL+"/slow", ""))
+	if status != http.StatusBadGateway || problemCode(body) != "upstream_unavailable" {
+		t.Fatalf("= %d %s", status, body)
+	}
+}
+
+func TestSignaturePolicy(t *testing.T) {
+	a := newApp(t)
+	secret := bytes.Repeat([]byte{7}, 32)
+	keys, err := replay.NewKeys(replay.Key{ID: "partner-1", Alg: replay.AlgHMACSHA256, Secret: secret})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := memory.New()
+	t.Cleanup(func() { _ = st.Close() })
+	gw := serve(t, a.url(t), "routes:\n  - {match: \"POST /payments\", policy: signature}\n", gateway.WithVerifier(replay.NewVerifier(keys, st)))
+	signer, err := replay.NewSigner("partner-1", replay.AlgHMACSHA256, secret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := newRequest(t, "POST", gw.URL+"/payments", `{"amount":5}`, "Content-Type", "application/json", "Replayguard-Client-Key-Id", "spoof")
+	if err := signer.Sign(req); err != nil {
+		t.Fatal(err)
+	}
+	replayed := req.Clone(context.Background())
+	replayed.Body, _ = req.GetBody()
+
+	if status, _, body := do(t, req); status != http.StatusCreated {
+		t.Fatalf("= %d %s", status, body)
+	}
+	got := a.requests()
+	if len(got) != 1 || got[0].Body != `{"amount":5}` || got[0].Header.Values(gateway.ClientKeyIDHeader)[0] != "partner-1" || len(got[0].Header.Values(gateway.ClientKeyIDHeader)) != 1 {
+		t.Fatalf("the app got %+v", got)
+	}
+	if status, _, body := do(t, replayed); status != http.StatusUnauthorized || problemCode(body) != "replayed_request" {
+		t.Fatalf("replay = %d %s", status, body)
+	}
+	if status, _, body := do(t, newRequest(t, "POST", gw.URL+"/payments", "{}")); status != http.StatusUnauthorized || problemCode(body) != "signature_missing" {
+		t.Fatalf("unsigned = %d %s", status, body)
+	}
+	if n := len(a.requests()); n != 1 {
+		t.Fatalf("the app ran %d times", n)
+	}
+}
+
+func TestNewRefuses(t *testing.T) {
+	up := &url.URL{Scheme: "http", Host: "127.0.0.1:1"}
+	d := newDeps(t)
+	route := func(policy string) []gateway.Route {
+		return []gateway.Route{{Match: "POST /x", Policy: policy, Purpose: "p"}}
+	}
+	tests := []struct {
+		name     string
+		upstream *url.URL
+		routes   []gateway.Route
+		opts     []gateway.Option
+		want     string
+	}{
+		{"no upstream", nil, nil, nil, "upstream"},
+		{"a relative upstream", &url.URL{Path: "/app"}, nil, nil, "upstream"},
+		{"an ftp upstream", &url.URL{Scheme: "ftp", Host: "x"}, nil, nil, "upstream"},
+		{"idempotency_key without a keeper", up, route("idempotency_key"), nil, "WithKeeper"},
+		{"fingerprint without a keeper", up, route("fingerprint"), nil, "WithKeeper"},
+		{"token without a token service", up, route("token"), []gateway.Option{gateway.WithKeeper(d.keeper)}, "WithTokens"},
+		{"signature without a verifier", up, route("signature"), nil, "WithVerifier"},
+		{"an unknown policy", up, route("captcha"), nil, "captcha"},
+		{"conflicting patterns", up, []gateway.Route{{Match: "/a/{x}", Policy: "signature"}, {Match: "/a/{y}", Policy: "signature"}},
+			[]gateway.Option{gateway.WithVerifier(&replay.Verifier{})}, "conflicts with routes[0]"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := gateway.New(tc.upstream, tc.routes, tc.opts...)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("err = %v, want one naming %s", err, tc.want)
+			}
+		})
+	}
+}
