@@ -27,7 +27,7 @@ import (
 // every request, routed or not.
 const (
 	// TokenIDHeader carries the redeemed token's id on PolicyToken routes.
-	TokenIDHeader = "Replayguard-Token-Id"
+	TokenIDHeader = handlers.TokenIDHeader
 	// ClientKeyIDHeader carries the verified signature's keyid on
 	// PolicySignature routes.
 	ClientKeyIDHeader = "Replayguard-Client-Key-Id"
