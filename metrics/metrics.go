@@ -89,7 +89,7 @@ func (m *Metrics) Instrument(st store.Store) store.Store {
 		return st
 	}
 	is := &instrumented{Store: st, m: m, obs: map[string]prometheus.Observer{}, errs: map[string]prometheus.Counter{}}
-	for _, op := range []string{"put", "redeem", "nonce", "acquire", "renew", "complete", "release", "ping", "allow"} {
+	for _, op := range []string{"put", "redeem", "redeem_record", "nonce", "acquire", "renew", "complete", "release", "ping", "allow"} {
 		is.obs[op] = m.storeDur.WithLabelValues(op)
 		is.errs[op] = m.storeErrs.WithLabelValues(op)
 	}
@@ -125,6 +125,13 @@ func (s *instrumented) RedeemToken(ctx context.Context, id string, t store.Token
 	res, err := s.Store.RedeemToken(ctx, id, t)
 	s.done("redeem", start, err)
 	return res, err
+}
+
+func (s *instrumented) RedeemRecord(ctx context.Context, id string, t store.Token, owner string, leaseUntil time.Time) (store.RedeemResult, store.Record, error) {
+	start := time.Now()
+	res, rec, err := s.Store.RedeemRecord(ctx, id, t, owner, leaseUntil)
+	s.done("redeem_record", start, err)
+	return res, rec, err
 }
 
 func (s *instrumented) PutNonce(ctx context.Context, scope, nonce string, exp time.Time) (bool, error) {
