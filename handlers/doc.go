@@ -36,6 +36,14 @@
 // WithErrorHandler and FailureReason let an HTML app render its own page
 // for a refused request.
 //
+// With WithTokenRecords(keeper) the Guard records the response of each
+// token's one request, under the token's ID, in the same atomic step that
+// redeems it: a double submit then gets the first response again (for a
+// form, the same 303 to the same order page) with Idempotent-Replayed:
+// true instead of 409 token_used. A 5xx or a panic gives the token back
+// for a retry; a duplicate while the first runs gets 409
+// request_in_progress. It shares its recording core with IdempotencyGuard.
+//
 // # SignatureGuard
 //
 // A SignatureGuard verifies a signed request (HTTP Message Signatures,
