@@ -2,7 +2,6 @@ package handlers
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"html/template"
 	"log/slog"
@@ -176,23 +175,29 @@ func (g *Guard) serve(w http.ResponseWriter, r *http.Request, purpose string, ne
 		g.refuse(w, r, err)
 		return
 	}
-	claims, err := g.tokens.Check(tok, purpose, subject)
+	claims, expired, err := checkForRecord(g.tokens, tok, purpose, subject)
 	if err != nil {
 		g.count(err)
 		g.refuse(w, r, err)
 		return
 	}
-	run, stored, res, err := g.keeper.StartToken(r.Context(), claims.ID, store.Token{Purpose: claims.Purpose, Subject: claims.Subject})
-	switch {
-	case err == nil && res == store.Recorded:
+	want := store.Token{Purpose: claims.Purpose, Subject: claims.Subject}
+	var (
+		run    *idempotency.Run
+		stored idempotency.Outcome
+		res    store.RedeemResult
+	)
+	if expired { // only its record may answer
+		stored, res, err = g.keeper.OpenToken(r.Context(), claims.ID, want, "")
+	} else {
+		run, stored, res, err = g.keeper.StartToken(r.Context(), claims.ID, want)
+	}
+	if err == nil && res == store.Recorded {
 		g.metrics.Redemption("replayed")
 		writeStored(w, stored)
 		return
-	case errors.Is(err, idempotency.ErrInProgress):
-		err = retryAfterError{err, inProgressRetryAfter}
-	case err == nil:
-		err = g.tokens.RedeemError(claims, res)
 	}
+	err = redemptionError(g.tokens, claims, expired, res, err)
 	g.count(err)
 	if err != nil {
 		g.refuse(w, r, err)

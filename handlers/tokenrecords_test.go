@@ -447,3 +447,40 @@ func TestGuardTokenRecordsMetrics(t *testing.T) {
 		t.Fatalf("redemption outcomes = %v, want %v", got, want)
 	}
 }
+
+// TestGuardTokenRecordsAfterExpiry checks that a duplicate that arrives
+// after the token's exp still gets the recorded response, while an
+// expired token without a record is refused and never runs the handler.
+func TestGuardTokenRecordsAfterExpiry(t *testing.T) {
+	for _, sh := range guardShapes {
+		t.Run(sh.name, func(t *testing.T) {
+			clk := newFakeClock()
+			st := newRecordStore(t, clk)
+			svc, err := token.New(st, []token.Key{{ID: "k1", Secret: []byte(strings.Repeat("s", 32))}},
+				token.WithMachineID(uint16(100+machineIDs.Add(1))), token.WithClock(clk.Now))
+			if err != nil {
+				t.Fatal(err)
+			}
+			app := &checkoutApp{}
+			h := sh.mount(handlers.NewGuard(svc, handlers.WithTokenRecords(idempotency.New(st, idempotency.WithClock(clk.Now))), quietGuard), app)
+			issue := func() string {
+				is, err := svc.Issue(context.Background(), token.IssueRequest{Purpose: "checkout", TTL: 10 * time.Second})
+				if err != nil {
+					t.Fatal(err)
+				}
+				return is.Token
+			}
+			used, unused := issue(), issue()
+			if w := submit(h, used, false); w.Code != 303 || w.Header().Get("Location") != "/orders/1" {
+				t.Fatalf("first: %d %v", w.Code, w.Header())
+			}
+			clk.Advance(time.Minute) // past exp and the leeway
+			if w := submit(h, used, false); w.Code != 303 || w.Header().Get("Location") != "/orders/1" || w.Header().Get(handlers.IdempotentReplayedHeader) != "true" {
+				t.Fatalf("a late duplicate: %d %q %v", w.Code, codeOf(w), w.Header())
+			}
+			if w := submit(h, unused, false); w.Code != 401 || codeOf(w) != "token_expired" || app.runs.Load() != 1 {
+				t.Fatalf("an expired token: %d %q, runs %d", w.Code, codeOf(w), app.runs.Load())
+			}
+		})
+	}
+}

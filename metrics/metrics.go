@@ -21,6 +21,7 @@ type Metrics struct {
 
 	issued      prometheus.Counter
 	redemptions *prometheus.CounterVec
+	records     *prometheus.CounterVec
 	signatures  *prometheus.CounterVec
 	storeDur    *prometheus.HistogramVec
 	storeErrs   *prometheus.CounterVec
@@ -40,6 +41,10 @@ func New() *Metrics {
 			Name: "replayguard_redemptions_total",
 			Help: "Token redemption attempts by outcome (the problem code, or redeemed).",
 		}, []string{"outcome"}),
+		records: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "replayguard_token_records_total",
+			Help: "Calls that finish a token's record (POST /v1/tokens/complete and /release) by op and outcome (the problem code, or completed or released).",
+		}, []string{"op", "outcome"}),
 		signatures: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "replayguard_signature_verifications_total",
 			Help: "Signed-request verifications by outcome (the problem code, or verified).",
@@ -54,7 +59,7 @@ func New() *Metrics {
 			Help: "Store calls that failed (the outcome is unknown; the request was refused).",
 		}, []string{"op"}),
 	}
-	reg.MustRegister(m.issued, m.redemptions, m.signatures, m.storeDur, m.storeErrs,
+	reg.MustRegister(m.issued, m.redemptions, m.records, m.signatures, m.storeDur, m.storeErrs,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
@@ -71,6 +76,15 @@ func (m *Metrics) Issued() {
 func (m *Metrics) Redemption(outcome string) {
 	if m != nil {
 		m.redemptions.WithLabelValues(outcome).Inc()
+	}
+}
+
+// TokenRecord counts one call that finishes a token's record: op is
+// "complete" or "release", outcome "completed", "released" or the problem
+// code.
+func (m *Metrics) TokenRecord(op, outcome string) {
+	if m != nil {
+		m.records.WithLabelValues(op, outcome).Inc()
 	}
 }
 
