@@ -2,6 +2,7 @@ package handlers
 
 import (
 	"errors"
+	"fmt"
 
 	"github.com/replayguard/replayguard/idempotency"
 	"github.com/replayguard/replayguard/store"
@@ -33,13 +34,16 @@ func checkForRecord(svc *token.Service, tok, purpose, subject string) (c token.C
 
 // redemptionError is the refusal of a redemption through a Keeper that
 // did not answer from the record: the Keeper's error (409
-// request_in_progress with Retry-After), else token.ErrExpired for a
-// token checkForRecord found expired, else the token's own error for res
-// (nil when it was redeemed).
+// request_in_progress with Retry-After, 409 response_not_stored, both
+// told in terms of the token), else token.ErrExpired for a token
+// checkForRecord found expired, else the token's own error for res (nil
+// when it was redeemed).
 func redemptionError(svc *token.Service, c token.Claims, expired bool, res store.RedeemResult, err error) error {
 	switch {
 	case errors.Is(err, idempotency.ErrInProgress):
-		return retryAfterError{err, inProgressRetryAfter}
+		return retryAfterError{fmt.Errorf("%w: the token's first request is still being processed; retry after Retry-After seconds to get its response", idempotency.ErrInProgress), inProgressRetryAfter}
+	case errors.Is(err, idempotency.ErrNotStored):
+		return fmt.Errorf("%w: the token's request was processed, but its response was too large to store, so it cannot be repeated", idempotency.ErrNotStored)
 	case err != nil:
 		return err
 	case expired:
