@@ -123,7 +123,9 @@ func WithVerifier(v *replay.Verifier) Option { return func(a *API) { a.verifier 
 // /v1/tokens/release gives the token back for a retry. Every redeem of a
 // token that has a record, with or without "record", answers from it:
 // the stored response ("status": "replayed"), or 409 request_in_progress
-// while it is processing. k's retention and body cap apply. Like redeem,
+// while it is processing, even after the token's exp. k's retention and
+// body cap apply, and k must keep its records in the store the API's
+// token.Service uses: a token's record lives beside the token. Like redeem,
 // complete and release require Authorization: Bearer <key> when
 // WithAPIKeys is set. Defaults to nil: "record": true is 400
 // invalid_request and the two routes answer 404 not_found.

@@ -67,8 +67,12 @@ func WithGuardMetrics(m *metrics.Metrics) GuardOption {
 // record, so the token can be redeemed again by a retry; a response over
 // the cap completes the record without its body, and duplicates get 409
 // response_not_stored. When the store cannot be reached the handler does
-// not run: 503 store_unavailable. Defaults to nil: a token is redeemed
-// and a duplicate is refused with 409 token_used.
+// not run: 503 store_unavailable. A duplicate that arrives after the
+// token's exp still gets the recorded response; an expired token without
+// one is 401 token_expired and is never redeemed. k must keep its records
+// in the store the Guard's token.Service uses: a token's record lives
+// beside the token. Defaults to nil: a token is redeemed and a duplicate
+// is refused with 409 token_used.
 func WithTokenRecords(k *idempotency.Keeper) GuardOption {
 	return func(g *Guard) { g.keeper = k }
 }
