@@ -347,15 +347,14 @@ func (g *Gateway) policy(rt Route) (http.Handler, error) {
 	return nil, fmt.Errorf("unknown policy %q", rt.Policy)
 }
 
-// tokenGuard builds the Guard of PolicyToken routes. The issue wants
-// these routes to record the response under the token's ID (so a
-// duplicate submit gets the first response instead of 409 token_used),
-// with k's lease, retention and body cap.
+// tokenGuard builds the Guard of PolicyToken routes. They record the
+// response under the token's ID, with k's lease, retention and body cap,
+// so a duplicate submit gets the first response (the same 303, say)
+// instead of 409 token_used.
 func tokenGuard(tokens *token.Service, k *idempotency.Keeper, m *metrics.Metrics) *handlers.Guard {
-	_ = k // used by the option below once it exists
 	return handlers.NewGuard(tokens,
 		handlers.WithGuardMetrics(m),
-		// LEAD: add handlers.WithTokenRecords(k), here when it lands (and drop the `_ = k` above).
+		handlers.WithTokenRecords(k),
 	)
 }
 

@@ -366,11 +366,11 @@ func TestTokenPolicy(t *testing.T) {
 			t.Fatalf("the app got %+v", got)
 		}
 
-		// LEAD: with handlers.WithTokenRecords in tokenGuard, this
-		// duplicate gets the first response with Idempotent-Replayed: true.
-		status, _, resp = do(t, newRequest(t, "POST", gw.URL+"/checkout", body, "Content-Type", "application/x-www-form-urlencoded"))
-		if status != http.StatusConflict || problemCode(resp) != "token_used" {
-			t.Fatalf("duplicate = %d %s", status, resp)
+		// The duplicate gets the first response, recorded under the
+		// token's ID.
+		status, h, dup := do(t, newRequest(t, "POST", gw.URL+"/checkout", body, "Content-Type", "application/x-www-form-urlencoded"))
+		if status != http.StatusCreated || h.Get("Idempotent-Replayed") != "true" || dup != resp {
+			t.Fatalf("duplicate = %d %v %s, want the first response %s replayed", status, h, dup, resp)
 		}
 		if n := len(a.requests()) - before; n != 1 {
 			t.Fatalf("the app ran %d times", n)

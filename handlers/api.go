@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/replayguard/replayguard/idempotency"
 	"github.com/replayguard/replayguard/metrics"
 	"github.com/replayguard/replayguard/replay"
 	"github.com/replayguard/replayguard/store"
@@ -49,6 +51,7 @@ type API struct {
 	log      *slog.Logger
 	timeout  time.Duration
 	verifier *replay.Verifier
+	keeper   *idempotency.Keeper
 }
 
 // Option configures an API.
@@ -112,6 +115,22 @@ func WithLogger(l *slog.Logger) Option {
 // set. Defaults to nil: the route answers 404 not_found.
 func WithVerifier(v *replay.Verifier) Option { return func(a *API) { a.verifier = v } }
 
+// WithRecords lets backends record the response of a token's one
+// execution through the API, as the Guard's WithTokenRecords does in Go:
+// POST /v1/tokens/redeem with "record": true opens a processing record
+// under the token's ID (leased for k's lock TTL, not renewed), POST
+// /v1/tokens/complete stores the backend's response in it and POST
+// /v1/tokens/release gives the token back for a retry. Every redeem of a
+// token that has a record, with or without "record", answers from it:
+// the stored response ("status": "replayed"), or 409 request_in_progress
+// while it is processing, even after the token's exp. k's retention and
+// body cap apply, and k must keep its records in the store the API's
+// token.Service uses: a token's record lives beside the token. Like redeem,
+// complete and release require Authorization: Bearer <key> when
+// WithAPIKeys is set. Defaults to nil: "record": true is 400
+// invalid_request and the two routes answer 404 not_found.
+func WithRecords(k *idempotency.Keeper) Option { return func(a *API) { a.keeper = k } }
+
 // WithReadyTimeout bounds the store ping behind GET /readyz. Defaults to
 // one second.
 func WithReadyTimeout(d time.Duration) Option {
@@ -146,13 +165,18 @@ func Mount(r gin.IRoutes, tokens *token.Service, opts ...Option) *API {
 }
 
 // Register adds POST /v1/tokens, POST /v1/tokens/redeem, the CORS
-// preflight for the former, POST /v1/signatures/verify (404 without
-// WithVerifier), and the browser SDK (GET /sdk/replayguard.js,
-// /sdk/replayguard.mjs and /sdk/replayguard.js.sri) to r.
+// preflight for the former, POST /v1/tokens/complete and
+// /v1/tokens/release (404 without WithRecords), the forward-auth
+// endpoint ForwardAuthPath, POST /v1/signatures/verify (404 without
+// WithVerifier), and the browser SDK
+// (GET /sdk/replayguard.js, /sdk/replayguard.mjs and
+// /sdk/replayguard.js.sri) to r.
 func (a *API) Register(r gin.IRoutes) {
 	r.POST("/v1/tokens", a.cors, a.issue)
 	r.OPTIONS("/v1/tokens", a.preflight)
 	r.POST("/v1/tokens/redeem", a.redeem)
+	r.POST("/v1/tokens/complete", a.complete)
+	r.POST("/v1/tokens/release", a.release)
 	a.registerForwardAuth(r)
 	r.POST("/v1/signatures/verify", a.verifySignature)
 	files := gin.WrapH(sdk.Handler())
@@ -195,7 +219,7 @@ func (a *API) issue(c *gin.Context) {
 		}
 	}
 	var body issueBody
-	if err := readJSON(c.Request, &body); err != nil {
+	if err := readJSON(c.Request, &body, MaxBodyBytes); err != nil {
 		fail(c, err)
 		return
 	}
@@ -234,6 +258,7 @@ type redeemBody struct {
 	Token   string `json:"token"`
 	Purpose string `json:"purpose"`
 	Subject string `json:"subject"`
+	Record  bool   `json:"record"`
 }
 
 type redeemResponse struct {
@@ -241,6 +266,17 @@ type redeemResponse struct {
 	ID      string `json:"id"`
 	Purpose string `json:"purpose"`
 	Subject string `json:"subject"`
+	// Response is the recorded response, on "replayed" answers only.
+	Response *recordedResponse `json:"response,omitempty"`
+}
+
+// recordedResponse is a backend's response as the API stores and replays
+// it: the status, one string per header name, and the body in standard
+// base64 (RFC 4648, with padding).
+type recordedResponse struct {
+	Status  int               `json:"status"`
+	Headers map[string]string `json:"headers"`
+	Body    string            `json:"body"`
 }
 
 func (a *API) redeem(c *gin.Context) {
@@ -250,7 +286,7 @@ func (a *API) redeem(c *gin.Context) {
 		return
 	}
 	var body redeemBody
-	if err := readJSON(c.Request, &body); err != nil {
+	if err := readJSON(c.Request, &body, MaxBodyBytes); err != nil {
 		a.metrics.Redemption(specFor(err).code)
 		fail(c, err)
 		return
@@ -262,20 +298,196 @@ func (a *API) redeem(c *gin.Context) {
 	if body.Purpose == "" {
 		body.Purpose = c.Query("purpose")
 	}
-	if tok == "" {
-		a.metrics.Redemption("invalid_request")
-		fail(c, fmt.Errorf("%w: no token: send the %s header or a JSON body with \"token\"", ErrBadRequest, TokenHeader))
-		return
+	var err error
+	switch {
+	case tok == "":
+		err = fmt.Errorf("%w: no token: send the %s header or a JSON body with \"token\"", ErrBadRequest, TokenHeader)
+	case body.Record && a.keeper == nil:
+		err = fmt.Errorf("%w: this server does not record responses, so \"record\" cannot be true", ErrBadRequest)
 	}
-	claims, err := a.tokens.Redeem(c.Request.Context(), tok, body.Purpose, body.Subject)
 	if err != nil {
 		a.metrics.Redemption(specFor(err).code)
 		fail(c, err)
 		return
 	}
+	if a.keeper == nil {
+		claims, err := a.tokens.Redeem(c.Request.Context(), tok, body.Purpose, body.Subject)
+		if err != nil {
+			a.metrics.Redemption(specFor(err).code)
+			fail(c, err)
+			return
+		}
+		a.redeemed(c, claims)
+		return
+	}
+	claims, expired, err := checkForRecord(a.tokens, tok, body.Purpose, body.Subject)
+	if err != nil {
+		a.metrics.Redemption(specFor(err).code)
+		fail(c, err)
+		return
+	}
+	owner := ""
+	if body.Record && !expired {
+		owner = apiOwner(claims.ID)
+	}
+	stored, res, err := a.keeper.OpenToken(c.Request.Context(), claims.ID, store.Token{Purpose: claims.Purpose, Subject: claims.Subject}, owner)
+	if err == nil && res == store.Recorded {
+		a.metrics.Redemption("replayed")
+		c.Header("Cache-Control", "no-store")
+		c.JSON(http.StatusOK, redeemResponse{
+			Status: "replayed", ID: claims.ID, Purpose: claims.Purpose, Subject: claims.Subject,
+			Response: responseOf(stored),
+		})
+		return
+	}
+	if err = redemptionError(a.tokens, claims, expired, res, err); err != nil {
+		a.metrics.Redemption(specFor(err).code)
+		fail(c, err)
+		return
+	}
+	a.redeemed(c, claims)
+}
+
+// redeemed answers a redemption that succeeded.
+func (a *API) redeemed(c *gin.Context, claims token.Claims) {
 	a.metrics.Redemption("redeemed")
 	c.Header("Cache-Control", "no-store")
 	c.JSON(http.StatusOK, redeemResponse{Status: "redeemed", ID: claims.ID, Purpose: claims.Purpose, Subject: claims.Subject})
+}
+
+// apiOwner is the owner of the records the API opens: deterministic from
+// the token's ID, since /complete and /release carry only the token.
+func apiOwner(id string) string { return "api:" + id }
+
+// responseOf is the API's form of a stored outcome: header values joined
+// with ", ", the body in standard base64.
+func responseOf(out idempotency.Outcome) *recordedResponse {
+	r := &recordedResponse{Status: out.Status, Headers: make(map[string]string, len(out.Header)), Body: base64.StdEncoding.EncodeToString(out.Body)}
+	for name, vs := range out.Header {
+		r.Headers[name] = strings.Join(vs, ", ")
+	}
+	return r
+}
+
+type completeBody struct {
+	Token    string            `json:"token"`
+	Response *recordedResponse `json:"response"`
+}
+
+type releaseBody struct {
+	Token string `json:"token"`
+}
+
+// complete serves POST /v1/tokens/complete: it stores a backend's
+// response in the token's processing record.
+func (a *API) complete(c *gin.Context) {
+	var body completeBody
+	a.finish(c, "complete", "completed", &body, &body.Token, func(claims token.Claims) error {
+		out, err := outcomeOf(body.Response)
+		if err != nil {
+			return err
+		}
+		return a.keeper.CompleteToken(c.Request.Context(), claims.ID, apiOwner(claims.ID), out)
+	})
+}
+
+// release serves POST /v1/tokens/release: it deletes the token's
+// processing record, so that the token can be redeemed again.
+func (a *API) release(c *gin.Context) {
+	var body releaseBody
+	a.finish(c, "release", "released", &body, &body.Token, func(claims token.Claims) error {
+		return a.keeper.ReleaseToken(c.Request.Context(), claims.ID, apiOwner(claims.ID))
+	})
+}
+
+// finish is the part complete and release share: the API key, the body
+// (decoded into body, whose token field is tok), the token (from the
+// Idempotency-Token header, else the body; its exp may have passed, since
+// the request it started may have outlived it), then do, and 204.
+func (a *API) finish(c *gin.Context, op, done string, body any, tok *string, do func(token.Claims) error) {
+	err := func() error {
+		if a.keeper == nil {
+			return fmt.Errorf("%w: this server does not record responses", ErrNotFound)
+		}
+		if len(a.apiKeys) > 0 && !a.authorized(c.Request) {
+			return ErrUnauthorized
+		}
+		// A body over the cap still completes the record, without it: read
+		// up to twice the cap in base64 beside the rest of the request.
+		limit := int64(MaxBodyBytes) + 2*int64(base64.StdEncoding.EncodedLen(a.keeper.MaxBody()))
+		if err := readJSON(c.Request, body, limit); err != nil {
+			return err
+		}
+		if h := c.GetHeader(TokenHeader); h != "" {
+			*tok = h
+		}
+		if *tok == "" {
+			return fmt.Errorf("%w: no token: send the %s header or a JSON body with \"token\"", ErrBadRequest, TokenHeader)
+		}
+		claims, err := a.tokens.ParseExpired(*tok)
+		if err != nil {
+			return err
+		}
+		return do(claims)
+	}()
+	if err != nil {
+		a.metrics.TokenRecord(op, specFor(err).code)
+		fail(c, err)
+		return
+	}
+	a.metrics.TokenRecord(op, done)
+	c.Status(http.StatusNoContent)
+}
+
+// outcomeOf checks a response a backend sent to /complete and returns it
+// as an Outcome. Header names are canonicalised; headers never replayed
+// (Set-Cookie, Date, hop-by-hop ones) are left out.
+func outcomeOf(r *recordedResponse) (idempotency.Outcome, error) {
+	if r == nil {
+		return idempotency.Outcome{}, fmt.Errorf("%w: no response: send \"response\": {\"status\", \"headers\", \"body\"}", ErrBadRequest)
+	}
+	if r.Status < 200 || r.Status > 599 {
+		return idempotency.Outcome{}, fmt.Errorf("%w: response status %d is not between 200 and 599", ErrBadRequest, r.Status)
+	}
+	out := idempotency.Outcome{Status: r.Status}
+	for name, v := range r.Headers {
+		if !isToken(name) {
+			return idempotency.Outcome{}, fmt.Errorf("%w: response header name %q is not an HTTP token", ErrBadRequest, name)
+		}
+		if !validFieldValue(v) {
+			return idempotency.Outcome{}, fmt.Errorf("%w: the value of response header %q holds a control character", ErrBadRequest, name)
+		}
+		name = http.CanonicalHeaderKey(name)
+		if _, dup := out.Header[name]; dup {
+			return idempotency.Outcome{}, fmt.Errorf("%w: response header %q is given twice", ErrBadRequest, name)
+		}
+		if out.Header == nil {
+			out.Header = make(map[string][]string, len(r.Headers))
+		}
+		out.Header[name] = []string{v}
+	}
+	for name := range out.Header {
+		if unreplayed[name] {
+			delete(out.Header, name)
+		}
+	}
+	body, err := base64.StdEncoding.DecodeString(r.Body)
+	if err != nil {
+		return idempotency.Outcome{}, fmt.Errorf("%w: the response body is not standard base64: %v", ErrBadRequest, err)
+	}
+	out.Body = body
+	return out, nil
+}
+
+// validFieldValue reports whether v may be an HTTP field value: no
+// control characters but horizontal tab.
+func validFieldValue(v string) bool {
+	for i := 0; i < len(v); i++ {
+		if b := v[i]; b < ' ' && b != '\t' || b == 0x7f {
+			return false
+		}
+	}
+	return true
 }
 
 // authorized reports whether r carries one of the API keys, comparing
@@ -297,20 +509,21 @@ func (a *API) authorized(r *http.Request) bool {
 	return found == 1
 }
 
-// readJSON decodes an optional JSON object body of at most MaxBodyBytes
-// into v. An empty body leaves v as it is.
-func readJSON(r *http.Request, v any) error {
-	if r.ContentLength > MaxBodyBytes {
-		return fmt.Errorf("%w: the body is over %d bytes", ErrTooLarge, MaxBodyBytes)
+// readJSON decodes an optional JSON object body of at most limit bytes
+// (MaxBodyBytes but for /v1/tokens/complete) into v. An empty body leaves
+// v as it is.
+func readJSON(r *http.Request, v any, limit int64) error {
+	if r.ContentLength > limit {
+		return fmt.Errorf("%w: the body is over %d bytes", ErrTooLarge, limit)
 	}
 	if r.Body == nil || r.Body == http.NoBody {
 		return nil
 	}
-	data, err := io.ReadAll(http.MaxBytesReader(nil, r.Body, MaxBodyBytes))
+	data, err := io.ReadAll(http.MaxBytesReader(nil, r.Body, limit))
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
-			return fmt.Errorf("%w: the body is over %d bytes", ErrTooLarge, MaxBodyBytes)
+			return fmt.Errorf("%w: the body is over %d bytes", ErrTooLarge, limit)
 		}
 		return fmt.Errorf("%w: reading the body: %v", ErrBadRequest, err)
 	}

@@ -13,8 +13,12 @@
 //
 //	POST /v1/tokens         issue: optional JSON {"purpose","ttl_seconds","subject"}
 //	                        or ?purpose=; 201 {"token","id","purpose","expires_at","expires_in"}
-//	POST /v1/tokens/redeem  redeem: Idempotency-Token header or JSON {"token","purpose","subject"};
-//	                        200 {"status":"redeemed","id","purpose","subject"} once, then 409
+//	POST /v1/tokens/redeem  redeem: Idempotency-Token header or JSON {"token","purpose","subject","record"};
+//	                        200 {"status":"redeemed","id","purpose","subject"} once, then 409;
+//	                        with WithRecords, a token with a record answers from it:
+//	                        200 {"status":"replayed",...,"response":{"status","headers","body"}}
+//	POST /v1/tokens/complete  with WithRecords: JSON {"token","response":{"status","headers","body"}}; 204
+//	POST /v1/tokens/release   with WithRecords: JSON {"token"}; 204, the token can be redeemed again
 //	OPTIONS /v1/tokens      CORS preflight for the origins given to WithCORSOrigins
 //	POST /v1/signatures/verify  with WithVerifier: JSON {"method","url","headers","body"};
 //	                        200 {"status":"verified","keyid","created","nonce"} once per nonce
@@ -35,6 +39,14 @@
 // through TokenFrom. WithSubjectFunc binds tokens to the signed-in user;
 // WithErrorHandler and FailureReason let an HTML app render its own page
 // for a refused request.
+//
+// With WithTokenRecords(keeper) the Guard records the response of each
+// token's one request, under the token's ID, in the same atomic step that
+// redeems it: a double submit then gets the first response again (for a
+// form, the same 303 to the same order page) with Idempotent-Replayed:
+// true instead of 409 token_used. A 5xx or a panic gives the token back
+// for a retry; a duplicate while the first runs gets 409
+// request_in_progress. It shares its recording core with IdempotencyGuard.
 //
 // # SignatureGuard
 //
@@ -91,6 +103,7 @@
 //	409 token_used           already redeemed
 //	409 request_in_progress  the key's first request is still running; Retry-After says when to retry
 //	409 response_not_stored  the key's response was over the size cap, so it cannot be replayed
+//	409 record_not_processing  complete or release found no processing record of the token
 //	413 payload_too_large    body over MaxBodyBytes (64 KiB; replay.MaxBodyBytes for SignatureGuard, WithMaxRequestBody for IdempotencyGuard)
 //	422 idempotency_key_reused  the key was used for another request (method, route or body)
 //	429 rate_limited         over the per-IP issue rate; Retry-After says when to retry

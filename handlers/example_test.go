@@ -13,6 +13,7 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/replayguard/replayguard/handlers"
+	"github.com/replayguard/replayguard/idempotency"
 	"github.com/replayguard/replayguard/store/memory"
 	"github.com/replayguard/replayguard/token"
 )
@@ -52,6 +53,49 @@ func ExampleGuard_RequireToken() {
 	// Output:
 	// 200 order placed
 	// 409 problem token_used
+}
+
+// With WithTokenRecords, a double submit of a form is not refused: it gets
+// the first submit's answer again, the same 303 to the same order page,
+// marked Idempotent-Replayed. The order is placed once.
+func ExampleWithTokenRecords() {
+	keys := []token.Key{{ID: "2026-01", Secret: []byte("example only: 32 bytes or longer")}}
+	st := memory.New() // or a store/redis Store shared by every instance
+	defer st.Close()
+	svc, err := token.New(st, keys, token.WithMachineID(1))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	keeper := idempotency.New(st) // 60s lease, 24h retention, 1 MiB bodies
+
+	guard := handlers.NewGuard(svc, handlers.WithTokenRecords(keeper))
+	orders := 0
+	mux := http.NewServeMux()
+	mux.Handle("POST /checkout", guard.RequireTokenHandler("checkout")(http.HandlerFunc(
+		func(w http.ResponseWriter, r *http.Request) {
+			orders++
+			http.Redirect(w, r, fmt.Sprintf("/orders/%d", orders), http.StatusSeeOther)
+		})))
+
+	is, err := svc.Issue(context.Background(), token.IssueRequest{Purpose: "checkout"})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	form := url.Values{handlers.TokenField: {is.Token}}.Encode()
+	for range 2 {
+		req := httptest.NewRequest(http.MethodPost, "/checkout", strings.NewReader(form))
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		w := httptest.NewRecorder()
+		mux.ServeHTTP(w, req)
+		fmt.Println(w.Code, w.Header().Get("Location"), "replayed:", w.Header().Get(handlers.IdempotentReplayedHeader) == "true")
+	}
+	fmt.Println("orders placed:", orders)
+	// Output:
+	// 303 /orders/1 replayed: false
+	// 303 /orders/1 replayed: true
+	// orders placed: 1
 }
 
 // The net/http middleware reads the token from the idempotency_token form

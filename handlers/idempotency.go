@@ -220,7 +220,7 @@ func NewIdempotencyGuard(k *idempotency.Keeper, opts ...IdempotencyOption) *Idem
 		methods:  map[string]bool{http.MethodPost: true, http.MethodPatch: true},
 		required: true,
 		ignore:   map[string]bool{},
-		releases: func(status int) bool { return status >= 500 },
+		releases: releaseServerErrors,
 		maxBody:  DefaultIdempotencyMaxRequestBody,
 		log:      slog.Default(),
 	}
@@ -239,21 +239,30 @@ func (g *IdempotencyGuard) Idempotent() gin.HandlerFunc {
 		if route == "" {
 			route = c.Request.URL.Path
 		}
-		orig := c.Writer
-		called := false
-		g.serve(orig, c.Request, route, c.ClientIP(), func(w http.ResponseWriter, r *http.Request) {
-			called = true
-			c.Request = r
-			if cw, ok := w.(*captureWriter); ok {
-				c.Writer = &ginCapture{captureWriter: cw, gw: orig}
-				defer func() { c.Writer = orig }()
-			}
-			c.Next()
-		})
-		if !called {
+		next, called := ginNext(c)
+		g.serve(c.Writer, c.Request, route, c.ClientIP(), next)
+		if !*called {
 			c.Abort()
 		}
 	}
+}
+
+// ginNext adapts the rest of c's chain to the core functions' next: it
+// runs c.Next with the request next is given, and with a capturing writer
+// in place of c.Writer while a record is open. called reports whether next
+// ran; when it did not, the caller aborts the chain.
+func ginNext(c *gin.Context) (next func(http.ResponseWriter, *http.Request), called *bool) {
+	called = new(bool)
+	orig := c.Writer
+	return func(w http.ResponseWriter, r *http.Request) {
+		*called = true
+		c.Request = r
+		if cw, ok := w.(*captureWriter); ok {
+			c.Writer = &ginCapture{captureWriter: cw, gw: orig}
+			defer func() { c.Writer = orig }()
+		}
+		c.Next()
+	}, called
 }
 
 // IdempotentHandler is net/http middleware that runs next once per
@@ -368,7 +377,28 @@ func (g *IdempotencyGuard) serve(w http.ResponseWriter, r *http.Request, route, 
 		return
 	}
 
-	cw := newCaptureWriter(w, r, g, run, keeper.MaxBody())
+	recordPolicy{releases: g.releases, log: g.log}.serve(w, r, run, keeper.MaxBody(), next)
+}
+
+// recordPolicy is what the recording machinery, shared by the
+// IdempotencyGuard and the Guard's record mode, needs from its
+// middleware: which statuses release the record instead of storing the
+// response, and where to log.
+type recordPolicy struct {
+	releases func(status int) bool
+	log      *slog.Logger
+}
+
+// releaseServerErrors is the default release policy: every 5xx.
+func releaseServerErrors(status int) bool { return status >= 500 }
+
+// serve runs next with a capturing writer for run, the execution that
+// holds an open record, and finishes the record before the response
+// reaches w: released for a releasing status or a panic, else completed
+// with the response (see captureWriter). A panic is answered with 500
+// internal_error, or aborts a response that was already streaming.
+func (p recordPolicy) serve(w http.ResponseWriter, r *http.Request, run *idempotency.Run, maxBody int, next func(http.ResponseWriter, *http.Request)) {
+	cw := newCaptureWriter(w, r, p, run, maxBody)
 	defer func() {
 		v := recover()
 		if v == nil {
@@ -378,7 +408,7 @@ func (g *IdempotencyGuard) serve(w http.ResponseWriter, r *http.Request, route, 
 		if v == http.ErrAbortHandler {
 			panic(v)
 		}
-		g.log.LogAttrs(r.Context(), slog.LevelError, "panic",
+		p.log.LogAttrs(r.Context(), slog.LevelError, "panic",
 			slog.String("request_id", RequestID(r.Context())),
 			slog.String("panic", fmt.Sprint(v)), slog.String("stack", string(debug.Stack())))
 		if cw.streaming {
@@ -479,7 +509,7 @@ var unreplayed = map[string]bool{
 type captureWriter struct {
 	w   http.ResponseWriter
 	r   *http.Request
-	g   *IdempotencyGuard
+	p   recordPolicy
 	run *idempotency.Run
 	max int
 
@@ -493,12 +523,12 @@ type captureWriter struct {
 	finished  bool
 }
 
-func newCaptureWriter(w http.ResponseWriter, r *http.Request, g *IdempotencyGuard, run *idempotency.Run, maxBody int) *captureWriter {
+func newCaptureWriter(w http.ResponseWriter, r *http.Request, p recordPolicy, run *idempotency.Run, maxBody int) *captureWriter {
 	pre := w.Header().Clone()
 	if pre == nil {
 		pre = http.Header{}
 	}
-	return &captureWriter{w: w, r: r, g: g, run: run, max: maxBody, pre: pre, header: pre.Clone()}
+	return &captureWriter{w: w, r: r, p: p, run: run, max: maxBody, pre: pre, header: pre.Clone()}
 }
 
 // Header returns the response headers. They reach the client when the
@@ -620,7 +650,7 @@ func (c *captureWriter) finish(streaming, panicked bool) {
 		c.status = http.StatusOK
 	}
 	var err error
-	if panicked || c.g.releases(c.status) {
+	if panicked || c.p.releases(c.status) {
 		err = c.run.Release(c.r.Context())
 	} else {
 		if _, set := c.header["Content-Type"]; !set && c.buf.Len() > 0 {
@@ -633,7 +663,7 @@ func (c *captureWriter) finish(streaming, panicked bool) {
 		err = c.run.Complete(c.r.Context(), out)
 	}
 	if err != nil {
-		c.g.log.LogAttrs(c.r.Context(), slog.LevelWarn, "idempotency record not finished; duplicates get 409 until its lease ends",
+		c.p.log.LogAttrs(c.r.Context(), slog.LevelWarn, "idempotency record not finished; duplicates get 409 until its lease ends",
 			slog.String("request_id", RequestID(c.r.Context())), slog.String("error", err.Error()))
 	}
 }

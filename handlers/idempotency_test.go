@@ -890,6 +890,7 @@ func TestIdempotencyProblems(t *testing.T) {
 		{idempotency.ErrFingerprintMismatch, 422, "idempotency_key_reused"},
 		{idempotency.ErrInProgress, 409, "request_in_progress"},
 		{idempotency.ErrNotStored, 409, "response_not_stored"},
+		{idempotency.ErrNotProcessing, 409, "record_not_processing"},
 		{idempotency.ErrUnavailable, 503, "store_unavailable"},
 		{idempotency.ErrStoreFull, 503, "store_full"},
 		{idempotency.ErrCorrupt, 500, "internal_error"},

@@ -90,6 +90,7 @@ var problems = []problemSpec{
 	{token.ErrUsed, http.StatusConflict, "token_used", "Token already used", "The token was already redeemed. Fetch a new token for a new request."},
 	{idempotency.ErrInProgress, http.StatusConflict, "request_in_progress", "Request in progress", "A request with this idempotency key is still being processed. Retry after Retry-After seconds to get its response."},
 	{idempotency.ErrNotStored, http.StatusConflict, "response_not_stored", "Response not stored", "The request with this idempotency key was processed, but its response was too large to store, so it cannot be repeated."},
+	{idempotency.ErrNotProcessing, http.StatusConflict, "record_not_processing", "No processing record", "The token has no processing record to complete or release: it was not redeemed with \"record\": true, its record was completed or released already, or its lease ended."},
 	{idempotency.ErrFingerprintMismatch, http.StatusUnprocessableEntity, "idempotency_key_reused", "Idempotency key reused", "This idempotency key was used for a different request (another method, route or body). Use a new key for a new request."},
 	{ErrTooLarge, http.StatusRequestEntityTooLarge, "payload_too_large", "Payload too large", "The body is over 64 KiB."},
 	{ErrRateLimited, http.StatusTooManyRequests, "rate_limited", "Too many requests", "Too many tokens for this client; retry after Retry-After seconds."},

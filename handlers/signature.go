@@ -261,7 +261,7 @@ func (a *API) verifySignature(c *gin.Context) {
 // /v1/signatures/verify into the message to verify.
 func readVerifyRequest(r *http.Request) (replay.Message, error) {
 	var body verifyRequest
-	if err := readJSON(r, &body); err != nil {
+	if err := readJSON(r, &body, MaxBodyBytes); err != nil {
 		return replay.Message{}, err
 	}
 	if body.Method == "" {

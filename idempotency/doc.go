@@ -58,6 +58,22 @@
 //
 // examples/queue-consumer is a runnable version.
 //
+// # Tokens
+//
+// A single-use token (package token) can carry the record of the one
+// execution it authorises, so that a duplicate submit of the same token
+// gets that execution's outcome instead of a refusal. The record lives
+// beside the token in the store, under store.TokenRecordKey(id), and is
+// opened by the redemption itself (store.Store.RedeemRecord): one atomic
+// step decides between redeeming, answering from the record, and the
+// token's own refusals. StartToken does it for an execution in this
+// process, with a Run and its heartbeat; OpenToken, CompleteToken and
+// ReleaseToken do it for one that ends in another request, as the HTTP
+// API's /v1/tokens/redeem, /complete and /release. Callers verify the
+// token's signature and claims first (token.Service.Check) and turn the
+// token's refusals into errors with token.Service.RedeemError; the
+// Guard in package handlers does both (handlers.WithTokenRecords).
+//
 // # Clocks
 //
 // Leases and retention are computed from the Keeper's clock (WithClock)

@@ -40,6 +40,10 @@ var (
 	ErrLeaseLost = errors.New("idempotency: lease lost")
 	// ErrCorrupt: a stored outcome cannot be decoded.
 	ErrCorrupt = errors.New("idempotency: stored outcome corrupt")
+	// ErrNotProcessing: CompleteToken or ReleaseToken found no processing
+	// record of the token held by the owner: none was opened, it was
+	// completed or released already, or its lease ended.
+	ErrNotProcessing = errors.New("idempotency: no processing record")
 )
 
 // Defaults for the options below.
@@ -203,7 +207,8 @@ type Run struct {
 //     outcome (with ErrNotStored, and without its body, when the body was
 //     not stored);
 //   - err says why neither: ErrFingerprintMismatch, ErrInProgress,
-//     ErrInvalidKey (an empty key), ErrUnavailable or ErrStoreFull.
+//     ErrInvalidKey (an empty key, or one beginning with "\x00", which
+//     the store reserves), ErrUnavailable or ErrStoreFull.
 //
 // The fingerprint is compared as is; callers hash whatever identifies a
 // request (its body, say) into it.
@@ -212,40 +217,64 @@ func (k *Keeper) Start(ctx context.Context, key, fingerprint string) (run *Run, 
 }
 
 func (k *Keeper) start(ctx context.Context, key, fingerprint string, onLost func()) (*Run, Outcome, error) {
-	if key == "" {
+	switch {
+	case key == "":
 		return nil, Outcome{}, fmt.Errorf("%w: the key is empty", ErrInvalidKey)
+	case key[0] == 0:
+		return nil, Outcome{}, fmt.Errorf("%w: keys beginning with a NUL byte are reserved", ErrInvalidKey)
 	}
-	var b [16]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		return nil, Outcome{}, fmt.Errorf("%w: no randomness for an owner ID: %w", ErrUnavailable, err)
+	owner, err := newOwner()
+	if err != nil {
+		return nil, Outcome{}, err
 	}
-	owner := hex.EncodeToString(b[:])
 	rec, acquired, err := k.store.Acquire(ctx, key, fingerprint, owner, k.now().Add(k.lockTTL))
 	if err != nil {
 		return nil, Outcome{}, storeError(err)
 	}
 	if !acquired {
-		switch {
-		case rec.Fingerprint != fingerprint:
+		if rec.Fingerprint != fingerprint {
 			return nil, Outcome{}, ErrFingerprintMismatch
-		case !rec.Completed:
-			return nil, Outcome{}, ErrInProgress
 		}
-		out, err := decodeOutcome(rec.Response)
-		if err != nil {
-			return nil, Outcome{}, err
-		}
-		if out.BodyOmitted {
-			return nil, out, ErrNotStored
-		}
-		return nil, out, nil
+		out, err := found(rec)
+		return nil, out, err
 	}
+	return k.newRun(key, owner, onLost), Outcome{}, nil
+}
+
+// newOwner returns a random owner ID for a new record.
+func newOwner() (string, error) {
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", fmt.Errorf("%w: no randomness for an owner ID: %w", ErrUnavailable, err)
+	}
+	return hex.EncodeToString(b[:]), nil
+}
+
+// newRun starts the heartbeat of owner's processing record under key.
+func (k *Keeper) newRun(key, owner string, onLost func()) *Run {
 	r := &Run{
 		k: k, key: key, owner: owner, onLost: onLost,
 		stop: make(chan struct{}), done: make(chan struct{}), lost: make(chan struct{}),
 	}
 	go r.heartbeat()
-	return r, Outcome{}, nil
+	return r
+}
+
+// found is what a duplicate gets from a live record of its own request:
+// ErrInProgress while it is processing, else its stored outcome (with
+// ErrNotStored when the body was left out).
+func found(rec store.Record) (Outcome, error) {
+	if !rec.Completed {
+		return Outcome{}, ErrInProgress
+	}
+	out, err := decodeOutcome(rec.Response)
+	if err != nil {
+		return Outcome{}, err
+	}
+	if out.BodyOmitted {
+		return out, ErrNotStored
+	}
+	return out, nil
 }
 
 func storeError(err error) error {
@@ -304,18 +333,25 @@ func (r *Run) end() {
 // processing until its lease ends.
 func (r *Run) Complete(ctx context.Context, out Outcome) error {
 	r.end()
-	if len(out.Body) > r.k.maxBody {
+	return r.k.complete(ctx, r.key, r.owner, out, ErrLeaseLost)
+}
+
+// complete stores out (its body left out when over the cap) in owner's
+// processing record under key, kept for the retention; notHeld is the
+// error when there is no such record.
+func (k *Keeper) complete(ctx context.Context, key, owner string, out Outcome, notHeld error) error {
+	if len(out.Body) > k.maxBody {
 		out.Body, out.BodyOmitted = nil, true
 	}
 	data := encodeOutcome(out)
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finishTimeout)
 	defer cancel()
-	ok, err := r.k.store.Complete(ctx, r.key, r.owner, data, r.k.now().Add(r.k.retention))
+	ok, err := k.store.Complete(ctx, key, owner, data, k.now().Add(k.retention))
 	switch {
 	case err != nil:
 		return storeError(err)
 	case !ok:
-		return ErrLeaseLost
+		return notHeld
 	}
 	return nil
 }
@@ -327,14 +363,20 @@ func (r *Run) Complete(ctx context.Context, out Outcome) error {
 // stays processing until its lease ends.
 func (r *Run) Release(ctx context.Context) error {
 	r.end()
+	return r.k.release(ctx, r.key, r.owner, ErrLeaseLost)
+}
+
+// release deletes owner's processing record under key; notHeld is the
+// error when there is no such record.
+func (k *Keeper) release(ctx context.Context, key, owner string, notHeld error) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finishTimeout)
 	defer cancel()
-	ok, err := r.k.store.Release(ctx, r.key, r.owner)
+	ok, err := k.store.Release(ctx, key, owner)
 	switch {
 	case err != nil:
 		return storeError(err)
 	case !ok:
-		return ErrLeaseLost
+		return notHeld
 	}
 	return nil
 }

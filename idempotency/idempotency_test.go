@@ -49,6 +49,10 @@ func (b brokenStore) Acquire(context.Context, string, string, string, time.Time)
 	return store.Record{}, false, b.err
 }
 
+func (b brokenStore) RedeemRecord(context.Context, string, store.Token, string, time.Time) (store.RedeemResult, store.Record, error) {
+	return 0, store.Record{}, b.err
+}
+
 // hookStore calls onRenew after every Renew.
 type hookStore struct {
 	store.Store
@@ -95,6 +99,8 @@ func TestDoRunsOncePerKey(t *testing.T) {
 		{"the same key for another request is refused", "k1", "other", false, idempotency.ErrFingerprintMismatch, 1},
 		{"another key runs", "k2", "fp", false, nil, 2},
 		{"an empty key is refused before the store is touched", "", "fp", false, idempotency.ErrInvalidKey, 2},
+		{"a key the store reserves for token records is refused", store.TokenRecordKey("1"), "fp", false, idempotency.ErrInvalidKey, 2},
+		{"so is any key beginning with NUL", "\x00x", "fp", false, idempotency.ErrInvalidKey, 2},
 	}
 	for _, s := range steps {
 		out, replayed, err := k.Do(ctx, s.key, s.fp, fn)

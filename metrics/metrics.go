@@ -21,6 +21,7 @@ type Metrics struct {
 
 	issued      prometheus.Counter
 	redemptions *prometheus.CounterVec
+	records     *prometheus.CounterVec
 	signatures  *prometheus.CounterVec
 	storeDur    *prometheus.HistogramVec
 	storeErrs   *prometheus.CounterVec
@@ -40,6 +41,10 @@ func New() *Metrics {
 			Name: "replayguard_redemptions_total",
 			Help: "Token redemption attempts by outcome (the problem code, or redeemed).",
 		}, []string{"outcome"}),
+		records: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "replayguard_token_records_total",
+			Help: "Calls that finish a token's record (POST /v1/tokens/complete and /release) by op and outcome (the problem code, or completed or released).",
+		}, []string{"op", "outcome"}),
 		signatures: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "replayguard_signature_verifications_total",
 			Help: "Signed-request verifications by outcome (the problem code, or verified).",
@@ -54,7 +59,7 @@ func New() *Metrics {
 			Help: "Store calls that failed (the outcome is unknown; the request was refused).",
 		}, []string{"op"}),
 	}
-	reg.MustRegister(m.issued, m.redemptions, m.signatures, m.storeDur, m.storeErrs,
+	reg.MustRegister(m.issued, m.redemptions, m.records, m.signatures, m.storeDur, m.storeErrs,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
@@ -74,6 +79,15 @@ func (m *Metrics) Redemption(outcome string) {
 	}
 }
 
+// TokenRecord counts one call that finishes a token's record: op is
+// "complete" or "release", outcome "completed", "released" or the problem
+// code.
+func (m *Metrics) TokenRecord(op, outcome string) {
+	if m != nil {
+		m.records.WithLabelValues(op, outcome).Inc()
+	}
+}
+
 // SignatureVerification counts one signed-request verification with its
 // outcome: "verified" or the problem code.
 func (m *Metrics) SignatureVerification(outcome string) {
@@ -89,7 +103,7 @@ func (m *Metrics) Instrument(st store.Store) store.Store {
 		return st
 	}
 	is := &instrumented{Store: st, m: m, obs: map[string]prometheus.Observer{}, errs: map[string]prometheus.Counter{}}
-	for _, op := range []string{"put", "redeem", "nonce", "acquire", "renew", "complete", "release", "ping", "allow"} {
+	for _, op := range []string{"put", "redeem", "redeem_record", "nonce", "acquire", "renew", "complete", "release", "ping", "allow"} {
 		is.obs[op] = m.storeDur.WithLabelValues(op)
 		is.errs[op] = m.storeErrs.WithLabelValues(op)
 	}
@@ -125,6 +139,13 @@ func (s *instrumented) RedeemToken(ctx context.Context, id string, t store.Token
 	res, err := s.Store.RedeemToken(ctx, id, t)
 	s.done("redeem", start, err)
 	return res, err
+}
+
+func (s *instrumented) RedeemRecord(ctx context.Context, id string, t store.Token, owner string, leaseUntil time.Time) (store.RedeemResult, store.Record, error) {
+	start := time.Now()
+	res, rec, err := s.Store.RedeemRecord(ctx, id, t, owner, leaseUntil)
+	s.done("redeem_record", start, err)
+	return res, rec, err
 }
 
 func (s *instrumented) PutNonce(ctx context.Context, scope, nonce string, exp time.Time) (bool, error) {

@@ -20,6 +20,10 @@ func (failingRecords) Acquire(context.Context, string, string, string, time.Time
 	return store.Record{}, false, errDown
 }
 
+func (failingRecords) RedeemRecord(context.Context, string, store.Token, string, time.Time) (store.RedeemResult, store.Record, error) {
+	return 0, store.Record{}, errDown
+}
+
 func (failingRecords) Renew(context.Context, string, string, time.Time) (bool, error) {
 	return false, errDown
 }
@@ -63,7 +67,7 @@ func samples(t *testing.T, m *metrics.Metrics) (durations, errs map[string]uint6
 // are timed and counted under their own op labels.
 func TestInstrumentRecords(t *testing.T) {
 	ctx := context.Background()
-	ops := []string{"acquire", "renew", "complete", "release"}
+	ops := []string{"acquire", "renew", "complete", "release", "redeem_record"}
 	tests := []struct {
 		name    string
 		store   func() store.Store
@@ -85,6 +89,8 @@ func TestInstrumentRecords(t *testing.T) {
 			completed, results["complete"] = st.Complete(ctx, "k", "o", []byte("done"), exp)
 			_, _, _ = st.Acquire(ctx, "k2", "fp", "o", exp)
 			released, results["release"] = st.Release(ctx, "k2", "o")
+			var res store.RedeemResult
+			res, _, results["redeem_record"] = st.RedeemRecord(ctx, "never-issued", store.Token{Purpose: "p"}, "o", exp)
 			durations, errs := samples(t, m)
 			for _, op := range ops {
 				if gotErr := results[op] != nil; gotErr != tc.wantErr {
@@ -105,8 +111,8 @@ func TestInstrumentRecords(t *testing.T) {
 					t.Errorf("errors for op=%q = %d, want %d", op, errs[op], wantErrs)
 				}
 			}
-			if !tc.wantErr && !(acquired && renewed && completed && released) {
-				t.Errorf("forwarded calls = %v %v %v %v; want all true", acquired, renewed, completed, released)
+			if !tc.wantErr && !(acquired && renewed && completed && released && res == store.Absent) {
+				t.Errorf("forwarded calls = %v %v %v %v %v; want all true and absent", acquired, renewed, completed, released, res)
 			}
 		})
 	}

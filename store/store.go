@@ -12,10 +12,25 @@ import (
 	"time"
 )
 
+// TokenRecordPrefix begins every record key that names a token's record
+// (see TokenRecordKey). Record keys beginning with "\x00" are reserved
+// for the stores' own use: callers of Acquire must not choose them.
+const TokenRecordPrefix = "\x00t"
+
+// TokenRecordKey returns the record key of token id's record, as opened
+// by RedeemRecord: pass it to Renew, Complete and Release. A store keeps
+// the record beside the token (in Redis, in the same hash slot), so that
+// one atomic step can look at both.
+func TokenRecordKey(id string) string { return TokenRecordPrefix + id }
+
+// Fingerprint returns the fingerprint of a record that RedeemRecord opens
+// for t: t.Purpose + "\n" + t.Subject.
+func (t Token) Fingerprint() string { return t.Purpose + "\n" + t.Subject }
+
 var (
-	// ErrFull is returned by PutToken, PutNonce and Acquire when a bounded
-	// store holds as many live entries as it may. Live entries are never
-	// evicted to make room.
+	// ErrFull is returned by PutToken, PutNonce, Acquire and RedeemRecord
+	// when a bounded store holds as many live entries as it may. Live
+	// entries are never evicted to make room.
 	ErrFull = errors.New("store: full")
 	// ErrClosed is returned by any call made after Close.
 	ErrClosed = errors.New("store: closed")
@@ -32,7 +47,9 @@ type Token struct {
 // RedeemResult says what an atomic redemption found.
 type RedeemResult int
 
-// The outcomes of RedeemToken. Only Redeemed removes the token.
+// The outcomes of RedeemToken and RedeemRecord. Only Redeemed removes
+// the token (or, for RedeemRecord with an owner, marks it taken by a
+// record).
 const (
 	// Redeemed: the token was present, purpose and subject matched, and it
 	// has now been deleted. Exactly one caller ever sees this per token.
@@ -47,6 +64,9 @@ const (
 	// when the token is bound and the caller gave no subject, or the token
 	// is unbound and the caller gave one). It stays valid.
 	SubjectMismatch
+	// Recorded: the token has a live record, processing or completed
+	// (RedeemRecord only). The token counts as taken.
+	Recorded
 )
 
 // String returns the lowercase name of r, as used in metrics labels.
@@ -60,6 +80,8 @@ func (r RedeemResult) String() string {
 		return "purpose_mismatch"
 	case SubjectMismatch:
 		return "subject_mismatch"
+	case Recorded:
+		return "recorded"
 	}
 	return "unknown"
 }
@@ -81,8 +103,40 @@ type Store interface {
 	// RedeemToken atomically compares the live entry under id with want
 	// and deletes it only when both Purpose and Subject are equal. The
 	// result tells which of the outcomes happened; err is nil for all of
-	// them and reserved for system failures.
+	// them and reserved for system failures. While the token has a live
+	// record (see RedeemRecord) it is taken: the result is Absent and
+	// nothing changes.
 	RedeemToken(ctx context.Context, id string, want Token) (RedeemResult, error)
+
+	// RedeemRecord redeems token id for want and can open a record of the
+	// execution it starts, under TokenRecordKey(id), in one atomic step:
+	//
+	//   - the token has a live record whose fingerprint is
+	//     want.Fingerprint(): Recorded, and rec is that record,
+	//     processing or completed; for another fingerprint,
+	//     PurposeMismatch or SubjectMismatch as RedeemToken decides them.
+	//     Nothing changes;
+	//   - else the token is absent or does not match want: Absent,
+	//     PurposeMismatch or SubjectMismatch, as RedeemToken. Nothing
+	//     changes;
+	//   - else, with an empty owner, the token is deleted as by
+	//     RedeemToken: Redeemed, and rec is empty;
+	//   - else the token is kept and a processing record with want's
+	//     fingerprint, owned by owner and leased until leaseUntil, is
+	//     opened beside it: Redeemed, and rec is the new record.
+	//
+	// A token with a live record is taken: RedeemToken answers Absent.
+	// When the lease ends without Complete (a crash) the record is gone
+	// and the token, if still live, can be redeemed again, once; Release
+	// deletes the record to the same effect. Complete on the record key
+	// deletes the token, so it cannot come back when the completed record
+	// expires. Renew works as for any record.
+	//
+	// Exactly one of any number of concurrent callers gets Redeemed. A
+	// leaseUntil that has already passed redeems without leaving a record,
+	// as for Acquire: the token stays live. A bounded store that is full returns ErrFull when it
+	// would open a record; the other outcomes are answered as usual.
+	RedeemRecord(ctx context.Context, id string, want Token, owner string, leaseUntil time.Time) (res RedeemResult, rec Record, err error)
 
 	// PutNonce records nonce within scope (a client's key ID, say) until
 	// expiresAt, if no live record of it exists. fresh is false and err is
@@ -97,7 +151,8 @@ type Store interface {
 	// processing or completed. Exactly one of any number of concurrent
 	// callers acquires a key. When acquired, rec is the new record. A
 	// bounded store that is full returns ErrFull, except when a live record
-	// holds key: that is found as usual.
+	// holds key: that is found as usual. Keys beginning with "\x00" are
+	// reserved (see TokenRecordPrefix).
 	//
 	// For Acquire, Renew and Complete, an expiry time that has already
 	// passed acts as if set and reached at once: the call succeeds and
@@ -112,7 +167,8 @@ type Store interface {
 	// Complete turns owner's processing record under key into a completed
 	// record holding response (any bytes; the store keeps its own copy),
 	// kept until keepUntil, which replaces the lease's expiry. ok is false
-	// when the record is gone, completed or held by another owner.
+	// when the record is gone, completed or held by another owner. When
+	// key is TokenRecordKey(id), the token id is deleted too.
 	Complete(ctx context.Context, key, owner string, response []byte, keepUntil time.Time) (ok bool, err error)
 
 	// Release deletes owner's processing record under key, so that a retry
@@ -136,7 +192,8 @@ type Record struct {
 	// Completed is false while the record is processing.
 	Completed bool
 	// Fingerprint is the first request's fingerprint, so a reused key with
-	// another request can be told apart.
+	// another request can be told apart. A token's record (RedeemRecord)
+	// has the token's Fingerprint.
 	Fingerprint string
 	// Owner identifies the execution that holds a processing record.
 	Owner string

@@ -6,6 +6,13 @@
 // one atomic step, so exactly one caller ever redeems a given token, even
 // across many instances that share a Redis.
 //
+// Redeem is Check (signature, exp, purpose and subject, without the store)
+// followed by the store's redemption, whose answer RedeemError turns into
+// this package's errors. Callers that redeem by other means, such as an
+// idempotency.Keeper recording the response of the token's one execution,
+// use the two halves. ParseExpired verifies a token whose exp has passed,
+// for finishing what it started before then.
+//
 // # Claims
 //
 // Every token carries jti (the ID, a sonyflake ID in decimal), iat, exp,

@@ -120,7 +120,10 @@ type Service struct {
 	flake      *sonyflake.Sonyflake
 	parser     *jwt.Parser
 	validator  *jwt.Validator
-	now        func() time.Time
+	// untimed checks signatures without validating claims, for
+	// ParseExpired.
+	untimed *jwt.Parser
+	now     func() time.Time
 
 	ttl, maxTTL time.Duration
 	leeway      time.Duration
@@ -234,6 +237,7 @@ func New(st store.Store, keys []Key, opts ...Option) (*Service, error) {
 	}
 	s.parser = jwt.NewParser(popts...)
 	s.validator = jwt.NewValidator(popts...)
+	s.untimed = jwt.NewParser(jwt.WithValidMethods([]string{jwt.SigningMethodHS256.Alg()}), jwt.WithStrictDecoding(), jwt.WithoutClaimsValidation())
 	return s, nil
 }
 
@@ -340,7 +344,17 @@ func (s *Service) sign(c Claims) (string, error) {
 // Parse verifies a token's signature (HS256 only, kid from the key ring)
 // and its exp, without touching the store. It returns ErrInvalid or
 // ErrExpired.
-func (s *Service) Parse(tok string) (Claims, error) {
+func (s *Service) Parse(tok string) (Claims, error) { return s.parse(tok, true) }
+
+// ParseExpired is Parse for a token whose exp may have passed: it verifies
+// the signature and the claims' form exactly as Parse does, but not the
+// times, and returns ErrInvalid only. It serves calls that finish what a
+// token started before it expired, such as completing the token's
+// record; never redeem with it.
+func (s *Service) ParseExpired(tok string) (Claims, error) { return s.parse(tok, false) }
+
+// parse verifies tok; checkTime says whether exp and iat are validated.
+func (s *Service) parse(tok string, checkTime bool) (Claims, error) {
 	if len(tok) == 0 || len(tok) > MaxTokenLen || strings.Count(tok, ".") != 2 {
 		return Claims{}, fmt.Errorf("%w: malformed", ErrInvalid)
 	}
@@ -353,13 +367,17 @@ func (s *Service) Parse(tok string) (Claims, error) {
 	var jc jwtClaims
 	var err error
 	dot1, dot2 := strings.IndexByte(tok, '.'), strings.LastIndexByte(tok, '.')
+	parser := s.parser
+	if !checkTime {
+		parser = s.untimed
+	}
 	if macs, ok := s.headers[tok[:dot1]]; ok {
 		if !macs.valid(tok[:dot2], tok[dot2+1:]) {
 			return Claims{}, fmt.Errorf("%w: signature is invalid", ErrInvalid)
 		}
-		err = s.decodeClaims(tok[dot1+1:dot2], &jc)
+		err = s.decodeClaims(tok[dot1+1:dot2], &jc, checkTime)
 	} else {
-		_, err = s.parser.ParseWithClaims(tok, &jc, s.keyFor)
+		_, err = parser.ParseWithClaims(tok, &jc, s.keyFor)
 	}
 	if err != nil {
 		if errors.Is(err, jwt.ErrTokenExpired) {
@@ -367,7 +385,7 @@ func (s *Service) Parse(tok string) (Claims, error) {
 		}
 		return Claims{}, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
-	if jc.ID == "" || jc.IssuedAt == nil || !ValidPurpose(jc.Purpose) || len(jc.Subject) > MaxSubjectLen {
+	if jc.ID == "" || jc.IssuedAt == nil || jc.ExpiresAt == nil || !ValidPurpose(jc.Purpose) || len(jc.Subject) > MaxSubjectLen {
 		return Claims{}, fmt.Errorf("%w: missing or malformed claims", ErrInvalid)
 	}
 	if _, err := strconv.ParseUint(jc.ID, 10, 64); err != nil {
@@ -383,14 +401,18 @@ func (s *Service) Parse(tok string) (Claims, error) {
 }
 
 // decodeClaims decodes the base64url claims segment of a token whose
-// signature is verified, and validates them as the parser would.
-func (s *Service) decodeClaims(seg string, jc *jwtClaims) error {
+// signature is verified, and validates them as the parser would when
+// validate is set.
+func (s *Service) decodeClaims(seg string, jc *jwtClaims, validate bool) error {
 	raw, err := base64.RawURLEncoding.Strict().DecodeString(seg)
 	if err != nil {
 		return fmt.Errorf("claims are not base64url: %w", err)
 	}
 	if err := json.Unmarshal(raw, jc); err != nil {
 		return fmt.Errorf("claims are not a JSON object: %w", err)
+	}
+	if !validate {
+		return nil
 	}
 	return s.validator.Validate(jc)
 }
@@ -445,6 +467,29 @@ func (s *Service) keyFor(t *jwt.Token) (any, error) {
 // ErrSubjectMismatch leave the token valid. ErrUnavailable means the
 // store did not confirm: the caller must not proceed.
 func (s *Service) Redeem(ctx context.Context, tok, purpose, subject string) (Claims, error) {
+	c, err := s.Check(tok, purpose, subject)
+	if err != nil {
+		return Claims{}, err
+	}
+	res, err := s.store.RedeemToken(ctx, c.ID, store.Token{Purpose: c.Purpose, Subject: c.Subject})
+	if err != nil {
+		return Claims{}, fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	if err := s.RedeemError(c, res); err != nil {
+		return Claims{}, err
+	}
+	return c, nil
+}
+
+// Check is Redeem without the store: it verifies tok and that it was
+// issued for purpose (empty means DefaultPurpose) and subject (empty
+// means an unbound token). It returns ErrBadRequest for a malformed
+// purpose or subject, ErrInvalid, ErrExpired, ErrPurposeMismatch or
+// ErrSubjectMismatch. The claims it returns name the purpose and subject
+// to redeem for, as store.Token{Purpose: c.Purpose, Subject: c.Subject}.
+// Callers that redeem by other means (an idempotency.Keeper's StartToken)
+// turn the store's answer into an error with RedeemError.
+func (s *Service) Check(tok, purpose, subject string) (Claims, error) {
 	if purpose == "" {
 		purpose = DefaultPurpose
 	}
@@ -466,24 +511,31 @@ func (s *Service) Redeem(ctx context.Context, tok, purpose, subject string) (Cla
 	if c.Subject != subject {
 		return Claims{}, ErrSubjectMismatch
 	}
-	res, err := s.store.RedeemToken(ctx, c.ID, store.Token{Purpose: purpose, Subject: subject})
-	if err != nil {
-		return Claims{}, fmt.Errorf("%w: %w", ErrUnavailable, err)
-	}
+	return c, nil
+}
+
+// RedeemError returns the error of a redemption of the token c (checked
+// with Check) whose store answer was res: nil for store.Redeemed;
+// ErrPurposeMismatch and ErrSubjectMismatch (the token stays valid);
+// ErrUsed for store.Absent, or ErrExpired when c's exp has passed by the
+// service's clock (the store dropped the token inside the leeway), and
+// for store.Recorded, a token taken by its record, when the caller does
+// not answer from that record; ErrUnavailable for anything else.
+func (s *Service) RedeemError(c Claims, res store.RedeemResult) error {
 	switch res {
 	case store.Redeemed:
-		return c, nil
+		return nil
 	case store.PurposeMismatch:
-		return Claims{}, ErrPurposeMismatch
+		return ErrPurposeMismatch
 	case store.SubjectMismatch:
-		return Claims{}, ErrSubjectMismatch
-	case store.Absent:
+		return ErrSubjectMismatch
+	case store.Absent, store.Recorded:
 		if !s.now().Before(c.ExpiresAt) {
-			return Claims{}, ErrExpired // inside the leeway, gone from the store
+			return ErrExpired // inside the leeway, gone from the store
 		}
-		return Claims{}, ErrUsed
+		return ErrUsed
 	}
-	return Claims{}, fmt.Errorf("%w: unexpected store result %d", ErrUnavailable, res)
+	return fmt.Errorf("%w: unexpected store result %d", ErrUnavailable, res)
 }
 
 // Ping reports whether the store answers.

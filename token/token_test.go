@@ -447,3 +447,104 @@ func TestLifetimeIsAtLeastTheTTL(t *testing.T) {
 		t.Fatalf("stored entry expires at %v, token at %v", c.Now().Add(ttl), is.ExpiresAt)
 	}
 }
+
+func TestCheckLeavesTheStoreAlone(t *testing.T) {
+	f := newFixture(t)
+	is := f.issue(t, token.IssueRequest{Purpose: "checkout", Subject: "alice"})
+	unbound := f.issue(t, token.IssueRequest{})
+	tests := []struct {
+		name             string
+		tok              string
+		purpose, subject string
+		want             error
+		wantPurpose      string
+	}{
+		{"a good token", is.Token, "checkout", "alice", nil, "checkout"},
+		{"an empty purpose means the default", unbound.Token, "", "", nil, token.DefaultPurpose},
+		{"another purpose", is.Token, "login", "alice", token.ErrPurposeMismatch, ""},
+		{"another subject", is.Token, "checkout", "bob", token.ErrSubjectMismatch, ""},
+		{"a malformed purpose", is.Token, "a b", "alice", token.ErrBadRequest, ""},
+		{"a forged token", "a.b.c", "checkout", "alice", token.ErrInvalid, ""},
+	}
+	before := f.store.calls.Load()
+	for _, tc := range tests {
+		c, err := f.svc.Check(tc.tok, tc.purpose, tc.subject)
+		if !errors.Is(err, tc.want) || (err == nil) != (tc.want == nil) {
+			t.Fatalf("%s: err = %v, want %v", tc.name, err, tc.want)
+		}
+		if err == nil && c.Purpose != tc.wantPurpose {
+			t.Fatalf("%s: claims purpose %q, want %q", tc.name, c.Purpose, tc.wantPurpose)
+		}
+	}
+	if n := f.store.calls.Load() - before; n != 0 {
+		t.Fatalf("Check called the store %d times", n)
+	}
+	if _, err := f.svc.Redeem(context.Background(), is.Token, "checkout", "alice"); err != nil {
+		t.Fatalf("the checked token no longer redeems: %v", err)
+	}
+	f.clock.Advance(token.DefaultTTL + token.MaxLeeway + time.Second)
+	if _, err := f.svc.Check(unbound.Token, "", ""); !errors.Is(err, token.ErrExpired) {
+		t.Fatalf("expired: err = %v, want ErrExpired", err)
+	}
+}
+
+func TestRedeemError(t *testing.T) {
+	f := newFixture(t)
+	is := f.issue(t, token.IssueRequest{TTL: 10 * time.Second})
+	tests := []struct {
+		name    string
+		res     store.RedeemResult
+		advance time.Duration
+		want    error
+	}{
+		{"redeemed", store.Redeemed, 0, nil},
+		{"purpose mismatch", store.PurposeMismatch, 0, token.ErrPurposeMismatch},
+		{"subject mismatch", store.SubjectMismatch, 0, token.ErrSubjectMismatch},
+		{"absent before exp is used", store.Absent, 0, token.ErrUsed},
+		{"taken by its record is used", store.Recorded, 0, token.ErrUsed},
+		{"an unknown result is unavailable", store.RedeemResult(99), 0, token.ErrUnavailable},
+		{"absent after exp is expired", store.Absent, 10 * time.Second, token.ErrExpired},
+	}
+	for _, tc := range tests {
+		f.clock.Advance(tc.advance)
+		if err := f.svc.RedeemError(is.Claims, tc.res); !errors.Is(err, tc.want) || (err == nil) != (tc.want == nil) {
+			t.Fatalf("%s: RedeemError = %v, want %v", tc.name, err, tc.want)
+		}
+	}
+}
+
+func TestParseExpired(t *testing.T) {
+	f := newFixture(t)
+	is := f.issue(t, token.IssueRequest{Purpose: "checkout", TTL: 10 * time.Second})
+	now := f.clock.Now().Unix()
+	expiredClaims := `{"jti":"1","iat":` + itoa(now-100) + `,"exp":` + itoa(now-60) + `,"pur":"default"}`
+	parts := strings.Split(is.Token, ".")
+	tests := []struct {
+		name   string
+		tok    string
+		wantID string // "" when refused with ErrInvalid
+	}{
+		{"a live token", is.Token, is.ID},
+		{"an expired token in another header form", sign(`{"alg":"HS256","kid":"a"}`, expiredClaims, keyA.Secret), "1"},
+		{"an expired token with a bad signature", sign(`{"alg":"HS256","kid":"a"}`, expiredClaims, keyB.Secret), ""},
+		{"an expired token with this service's header and a bad signature", parts[0] + "." + base64.RawURLEncoding.EncodeToString([]byte(expiredClaims)) + "." + parts[2], ""},
+		{"no exp", sign(`{"alg":"HS256","kid":"a"}`, `{"jti":"1","iat":`+itoa(now)+`,"pur":"default"}`, keyA.Secret), ""},
+		{"no iat", sign(`{"alg":"HS256","kid":"a"}`, `{"jti":"1","exp":`+itoa(now-60)+`,"pur":"default"}`, keyA.Secret), ""},
+		{"a bad purpose claim", sign(`{"alg":"HS256","kid":"a"}`, `{"jti":"1","iat":`+itoa(now-100)+`,"exp":`+itoa(now-60)+`,"pur":"a b"}`, keyA.Secret), ""},
+		{"alg none", base64.RawURLEncoding.EncodeToString([]byte(`{"alg":"none","kid":"a"}`)) + "." + parts[1] + ".", ""},
+		{"garbage", "a.b.c", ""},
+	}
+	f.clock.Advance(time.Hour) // every token above has expired by now
+	for _, tc := range tests {
+		c, err := f.svc.ParseExpired(tc.tok)
+		switch {
+		case tc.wantID == "" && !errors.Is(err, token.ErrInvalid):
+			t.Errorf("%s: err = %v, want ErrInvalid", tc.name, err)
+		case tc.wantID != "" && (err != nil || c.ID != tc.wantID):
+			t.Errorf("%s: = %+v, %v; want ID %s", tc.name, c, err, tc.wantID)
+		}
+	}
+	if _, err := f.svc.Parse(is.Token); !errors.Is(err, token.ErrExpired) {
+		t.Fatalf("Parse of the expired token = %v, want ErrExpired", err)
+	}
+}

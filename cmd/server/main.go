@@ -135,6 +135,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, out io.
 		idempotency.WithLockTTL(cfg.IdempotencyLockTTL),
 		idempotency.WithRetention(cfg.IdempotencyRetention),
 		idempotency.WithMaxBody(cfg.IdempotencyMaxBody))
+	opts = append(opts, handlers.WithRecords(keeper))
 	engine, err := handlers.New(svc, opts...).Engine(handlers.EngineConfig{TrustedProxies: cfg.TrustedProxies, Logger: log})
 	if err != nil {
 		return fmt.Errorf("REPLAYGUARD_TRUSTED_PROXIES: %w", err)

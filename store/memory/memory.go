@@ -4,7 +4,10 @@
 // Tokens, nonces and idempotency records share the maps and the bound
 // (WithMaxEntries): each is one entry, and every operation on it is atomic
 // under its shard's lock. Nonce keys begin with "\x00n" and record keys
-// with "\x00r", which no token ID does, so the three never collide.
+// with "\x00r", which no token ID does, so the three never collide. A
+// token's own record (store.Store.RedeemRecord) lives under
+// store.TokenRecordKey(id), "\x00t" + id, in the token's shard: one lock
+// covers the token and its record.
 //
 // It is the default when no Redis is configured. Everything it holds is
 // lost on restart and is not shared between processes, so run one
@@ -17,6 +20,7 @@ import (
 	"hash/maphash"
 	"math"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -64,6 +68,8 @@ type shard struct {
 	_  [48]byte // 16 bytes of fields + 48 = one 64-byte cache line per shard
 }
 
+// entry is a token, a nonce or a record. A token's record keeps the
+// token's purpose and subject too, to compare them field by field.
 type entry struct {
 	purpose, subject string
 	exp              int64   // unix ns
@@ -168,7 +174,12 @@ func New(opts ...Option) *Store {
 	return s
 }
 
+// shardIndex is the shard of a map key. A token's record shares its
+// token's shard.
 func (s *Store) shardIndex(key string) uint64 {
+	if id, ok := strings.CutPrefix(key, store.TokenRecordPrefix); ok {
+		key = id
+	}
 	return maphash.String(s.seed, key) & (shardCount - 1)
 }
 
@@ -307,7 +318,8 @@ func (s *Store) reclaim(now int64) {
 	}
 }
 
-// RedeemToken implements store.Store.
+// RedeemToken implements store.Store. A token with a live record is
+// Absent.
 func (s *Store) RedeemToken(ctx context.Context, id string, want store.Token) (store.RedeemResult, error) {
 	if err := s.check(ctx); err != nil {
 		return 0, err
@@ -316,27 +328,118 @@ func (s *Store) RedeemToken(ctx context.Context, id string, want store.Token) (s
 	sh := &s.shards[s.shardIndex(id)]
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	e, ok := sh.m[id]
-	switch {
-	case !ok || e.rec != nil:
+	if s.liveLocked(sh, store.TokenRecordKey(id), now) {
 		return store.Absent, nil
-	case e.exp <= now:
-		delete(sh.m, id)
+	}
+	res, _ := s.redeemLocked(sh, id, want, "", now)
+	return res, nil
+}
+
+// liveLocked reports whether a live entry holds k, deleting it when it
+// has expired. The caller holds k's shard lock.
+func (s *Store) liveLocked(sh *shard, k string, now int64) bool {
+	e, ok := sh.m[k]
+	if ok && e.exp <= now {
+		delete(sh.m, k)
 		s.n.Add(-1)
-		return store.Absent, nil
+		return false
+	}
+	return ok
+}
+
+// redeemLocked compares the token under id with want. When it matches
+// and owner is empty, the token is deleted: Redeemed. When it matches and
+// owner is not, nothing changes and open is true: the caller opens the
+// record. The caller holds id's shard lock and has checked the record.
+func (s *Store) redeemLocked(sh *shard, id string, want store.Token, owner string, now int64) (res store.RedeemResult, open bool) {
+	if !s.liveLocked(sh, id, now) {
+		return store.Absent, false
+	}
+	e := sh.m[id]
+	switch {
+	case e.rec != nil:
+		return store.Absent, false
 	case e.purpose != want.Purpose:
-		return store.PurposeMismatch, nil
+		return store.PurposeMismatch, false
 	case e.subject != want.Subject:
-		return store.SubjectMismatch, nil
+		return store.SubjectMismatch, false
+	case owner != "":
+		return 0, true
 	}
 	delete(sh.m, id)
 	s.n.Add(-1)
-	return store.Redeemed, nil
+	return store.Redeemed, false
+}
+
+// RedeemRecord implements store.Store. The token and its record share the
+// token's shard, so one lock covers both; the record is one entry of the
+// bound. A leaseUntil that has already passed redeems without storing a
+// record, as if it had expired at once (Redis does the same): the token
+// stays, and a later Renew, Complete or Release reports false.
+func (s *Store) RedeemRecord(ctx context.Context, id string, want store.Token, owner string, leaseUntil time.Time) (store.RedeemResult, store.Record, error) {
+	if err := s.check(ctx); err != nil {
+		return 0, store.Record{}, err
+	}
+	now := s.now().UnixNano()
+	exp := leaseUntil.UnixNano()
+	sh := &s.shards[s.shardIndex(id)]
+	sh.mu.Lock()
+	res, rec, open := s.redeemRecordLocked(sh, id, want, owner, now)
+	sh.mu.Unlock()
+	switch {
+	case !open:
+		return res, rec, nil
+	case exp <= now:
+		return store.Redeemed, store.Record{Fingerprint: want.Fingerprint(), Owner: owner}, nil
+	}
+	// reserve may sweep every shard: it must run without a shard lock.
+	// The token is looked at again once the slot is held.
+	reserved := s.reserve(now)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	res, rec, open = s.redeemRecordLocked(sh, id, want, owner, now)
+	switch {
+	case !open:
+		if reserved {
+			s.n.Add(-1)
+		}
+		return res, rec, nil
+	case !reserved:
+		return 0, store.Record{}, store.ErrFull
+	}
+	r := &record{fingerprint: want.Fingerprint(), owner: owner}
+	sh.m[store.TokenRecordKey(id)] = entry{purpose: want.Purpose, subject: want.Subject, exp: exp, rec: r}
+	s.lowerMinExp(exp)
+	return store.Redeemed, r.export(), nil
+}
+
+// redeemRecordLocked is RedeemRecord's decision under id's shard lock:
+// the live record when there is one, else redeemLocked's.
+func (s *Store) redeemRecordLocked(sh *shard, id string, want store.Token, owner string, now int64) (store.RedeemResult, store.Record, bool) {
+	rk := store.TokenRecordKey(id)
+	if s.liveLocked(sh, rk, now) {
+		e := sh.m[rk]
+		switch {
+		case e.purpose != want.Purpose:
+			return store.PurposeMismatch, store.Record{}, false
+		case e.subject != want.Subject:
+			return store.SubjectMismatch, store.Record{}, false
+		}
+		return store.Recorded, e.rec.export(), false
+	}
+	res, open := s.redeemLocked(sh, id, want, owner, now)
+	return res, store.Record{}, open
 }
 
 // recordKey is the map key of the idempotency record under key. The
-// "\x00r" prefix sets records apart from tokens and from nonces ("\x00n").
-func recordKey(key string) string { return "\x00r" + key }
+// "\x00r" prefix sets records apart from tokens and from nonces ("\x00n");
+// a token's record key (store.TokenRecordKey) is its own map key.
+func recordKey(key string) string {
+	if strings.HasPrefix(key, store.TokenRecordPrefix) {
+		return key
+	}
+	return "\x00r" + key
+}
 
 // Acquire implements store.Store. When acquired, rec is the new
 // processing record. A leaseUntil that has already passed acquires
@@ -373,8 +476,9 @@ func (s *Store) Acquire(ctx context.Context, key, fingerprint, owner string, lea
 // update runs f on owner's live processing record under key, under the
 // shard lock, and stores the entry f returns; ok is false and nothing
 // changes when there is no such record. An entry whose expiry has passed
-// is deleted instead of stored.
-func (s *Store) update(ctx context.Context, key, owner string, f func(e entry) entry) (bool, error) {
+// is deleted instead of stored. With dropToken, a token's record also
+// deletes its token.
+func (s *Store) update(ctx context.Context, key, owner string, dropToken bool, f func(e entry) entry) (bool, error) {
 	if err := s.check(ctx); err != nil {
 		return false, err
 	}
@@ -394,6 +498,12 @@ func (s *Store) update(ctx context.Context, key, owner string, f func(e entry) e
 	case e.rec == nil || e.rec.completed || e.rec.owner != owner:
 		return false, nil
 	}
+	if id, ok := strings.CutPrefix(k, store.TokenRecordPrefix); ok && dropToken {
+		if _, ok := sh.m[id]; ok {
+			delete(sh.m, id)
+			s.n.Add(-1)
+		}
+	}
 	e = f(e)
 	if e.exp <= now {
 		delete(sh.m, k)
@@ -409,7 +519,7 @@ func (s *Store) update(ctx context.Context, key, owner string, f func(e entry) e
 // the record at once: ok is true and the next Acquire acquires.
 func (s *Store) Renew(ctx context.Context, key, owner string, leaseUntil time.Time) (bool, error) {
 	exp := leaseUntil.UnixNano()
-	return s.update(ctx, key, owner, func(e entry) entry {
+	return s.update(ctx, key, owner, false, func(e entry) entry {
 		e.exp = exp
 		return e
 	})
@@ -417,18 +527,21 @@ func (s *Store) Renew(ctx context.Context, key, owner string, leaseUntil time.Ti
 
 // Complete implements store.Store. The store keeps its own copy of
 // response. A keepUntil that has already passed completes the record and
-// ends it at once: ok is true and the next Acquire acquires.
+// ends it at once: ok is true and the next Acquire acquires. Completing a
+// token's record deletes the token.
 func (s *Store) Complete(ctx context.Context, key, owner string, response []byte, keepUntil time.Time) (bool, error) {
 	exp := keepUntil.UnixNano()
 	resp := bytes.Clone(response) // outside the shard lock
-	return s.update(ctx, key, owner, func(e entry) entry {
-		return entry{exp: exp, rec: &record{completed: true, fingerprint: e.rec.fingerprint, owner: owner, response: resp}}
+	return s.update(ctx, key, owner, true, func(e entry) entry {
+		e.exp = exp
+		e.rec = &record{completed: true, fingerprint: e.rec.fingerprint, owner: owner, response: resp}
+		return e
 	})
 }
 
 // Release implements store.Store.
 func (s *Store) Release(ctx context.Context, key, owner string) (bool, error) {
-	return s.update(ctx, key, owner, func(e entry) entry {
+	return s.update(ctx, key, owner, false, func(e entry) entry {
 		e.exp = math.MinInt64 // deleted by update
 		return e
 	})

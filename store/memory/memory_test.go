@@ -141,6 +141,60 @@ func TestRecordBound(t *testing.T) {
 	}
 }
 
+// TestTokenRecordBound checks that a token's record is one entry of the
+// bound, beside its token: a full store refuses to open one (the token
+// stays), still answers every other outcome, and completing or releasing
+// gives the slots back.
+func TestTokenRecordBound(t *testing.T) {
+	ctx := context.Background()
+	const max = 4
+	c := newClock()
+	s := memory.New(memory.WithMaxEntries(max), memory.WithClock(c.Now), memory.WithJanitorInterval(time.Hour))
+	defer s.Close()
+	tok := store.Token{Purpose: "p", Subject: "u"}
+	lease := c.Now().Add(time.Minute)
+	for _, id := range []string{"a", "b", "c"} {
+		if ok, err := s.PutToken(ctx, id, tok, c.Now().Add(time.Hour)); err != nil || !ok {
+			t.Fatalf("put %s = %v, %v", id, ok, err)
+		}
+	}
+	expect := func(step, id, owner string, want store.RedeemResult, wantErr error) {
+		t.Helper()
+		res, _, err := s.RedeemRecord(ctx, id, tok, owner, lease)
+		if res != want || !errors.Is(err, wantErr) {
+			t.Fatalf("%s: RedeemRecord(%s, %q) = %v, %v; want %v, %v", step, id, owner, res, err, want, wantErr)
+		}
+	}
+	expect("one slot left: a record opens", "a", "o", store.Redeemed, nil)
+	if got := s.Len(); got != max {
+		t.Fatalf("Len = %d, want %d: the token and its record are two entries", got, max)
+	}
+	expect("full: no record opens", "b", "o", 0, store.ErrFull)
+	expect("full: the token was kept", "b", "o", 0, store.ErrFull)
+	expect("full: a duplicate is answered", "a", "o2", store.Recorded, nil)
+	if res, _, err := s.RedeemRecord(ctx, "b", store.Token{Purpose: "p"}, "o", lease); res != store.SubjectMismatch || err != nil {
+		t.Fatalf("full: a mismatch = %v, %v; want it answered", res, err)
+	}
+	expect("full: an absent token is answered", "zzz", "o", store.Absent, nil)
+	expect("full: a plain redemption frees a slot", "c", "", store.Redeemed, nil)
+	expect("the freed slot takes b's record", "b", "o", store.Redeemed, nil)
+	expect("full again", "x", "o", store.Absent, nil)
+	// Completing deletes the token: a slot is free.
+	if ok, err := s.Complete(ctx, store.TokenRecordKey("a"), "o", []byte("done"), c.Now().Add(time.Hour)); err != nil || !ok {
+		t.Fatalf("complete = %v, %v", ok, err)
+	}
+	if got := s.Len(); got != max-1 {
+		t.Fatalf("Len after complete = %d, want %d", got, max-1)
+	}
+	// Releasing deletes the record and keeps the token.
+	if ok, err := s.Release(ctx, store.TokenRecordKey("b"), "o"); err != nil || !ok {
+		t.Fatalf("release = %v, %v", ok, err)
+	}
+	if got := s.Len(); got != max-2 {
+		t.Fatalf("Len after release = %d, want %d", got, max-2)
+	}
+}
+
 // TestRecordKeyIsNoToken checks that a token ID equal to a record's map key
 // cannot redeem or read the record.
 func TestRecordKeyIsNoToken(t *testing.T) {

@@ -1,7 +1,11 @@
 -- complete.lua: turn an owner's processing record into a completed one
 -- holding the response, kept until a new expiry, in one atomic step.
 --
--- KEYS[1]  the record key, prefix .. "r:{" .. key .. "}"
+-- KEYS[1]  the record key, prefix .. "r:{" .. key .. "}", or for a token's
+--          record prefix .. "r:{" .. id .. "}t"
+-- KEYS[2]  for a token's record only: the token key,
+--          prefix .. "t:{" .. id .. "}", deleted with the completion so
+--          that the token cannot come back when the record expires
 -- ARGV[1]  the owner
 -- ARGV[2]  the response, any bytes
 -- ARGV[3]  the end of retention, Unix milliseconds (PEXPIREAT); it
@@ -15,4 +19,7 @@ if v[1] ~= "p" or v[2] ~= ARGV[1] then
 end
 redis.call("HSET", KEYS[1], "s", "c", "r", ARGV[2])
 redis.call("PEXPIREAT", KEYS[1], ARGV[3])
+if KEYS[2] then
+  redis.call("DEL", KEYS[2])
+end
 return 1

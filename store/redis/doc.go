@@ -8,7 +8,11 @@
 //   - PutToken is SET key value NX with an absolute expiry (EXAT, or PXAT
 //     for sub-second times) at expiresAt;
 //   - RedeemToken is one Lua script (redeem.lua) that compares purpose and
-//     subject and deletes the token only when both match;
+//     subject and deletes the token only when both match and it has no
+//     live record;
+//   - RedeemRecord is one Lua script (redeem_record.lua) that answers from
+//     the token's live record, or compares the token and deletes it or
+//     opens a processing record beside it;
 //   - PutNonce is SET key 1 NX with an absolute expiry;
 //   - Acquire is one Lua script (acquire.lua) that returns the live
 //     idempotency record under a key or, when there is none, opens a
@@ -23,11 +27,11 @@
 // shares its slot. Its value is purpose + "\n" + subject.
 //
 // An idempotency record lives under prefix + "r:{" + key + "}" (see
-// Store.RecordKey), in the same slot as the token whose ID is key. It is a
-// hash: s is "p" while processing and "c" once completed, f the
-// fingerprint, o the owner and r the response bytes. It expires with its
-// lease (PEXPIREAT), and once completed at the end of its retention, which
-// replaces the lease.
+// Store.RecordKey), and a token's own record (store.TokenRecordKey) under
+// prefix + "r:{" + id + "}t", in the token's slot. It is a hash: s is "p"
+// while processing and "c" once completed, f the fingerprint, o the owner
+// and r the response bytes. It expires with its lease (PEXPIREAT), and
+// once completed at the end of its retention, which replaces the lease.
 //
 // # Clocks
 //

@@ -5,6 +5,7 @@ import (
 	_ "embed"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -23,24 +24,41 @@ var (
 	completeSrc string
 	//go:embed release.lua
 	releaseSrc string
+	//go:embed redeem_record.lua
+	redeemRecordSrc string
 
-	acquire  = goredis.NewScript(acquireSrc)
-	renew    = goredis.NewScript(renewSrc)
-	complete = goredis.NewScript(completeSrc)
-	release  = goredis.NewScript(releaseSrc)
+	acquire      = goredis.NewScript(acquireSrc)
+	renew        = goredis.NewScript(renewSrc)
+	complete     = goredis.NewScript(completeSrc)
+	release      = goredis.NewScript(releaseSrc)
+	redeemRecord = goredis.NewScript(redeemRecordSrc)
 )
 
 // RecordKey returns the Redis key that holds the idempotency record under
-// key: prefix + "r:{" + key + "}". When key is a token ID, the record
-// shares the token's hash tag (see TokenKey), so one script may touch
-// both on Redis Cluster.
+// key: prefix + "r:{" + key + "}". A token's own record, under the key
+// store.TokenRecordKey(id), is prefix + "r:{" + id + "}t": it shares the
+// token's hash tag (see TokenKey), so one script may touch both on Redis
+// Cluster, and its trailing "t" sets it apart from every other record's
+// key, which ends in "}".
 //
 // The record is a hash with the fields s ("p" while processing, "c" once
 // completed), f (fingerprint), o (owner) and r (the response, completed
 // records only), expiring at the lease's end or, once completed, at the
 // end of its retention.
 func (s *Store) RecordKey(key string) string {
+	if id, ok := strings.CutPrefix(key, store.TokenRecordPrefix); ok {
+		return s.prefix + "r:{" + id + "}t"
+	}
 	return s.prefix + "r:{" + key + "}"
+}
+
+// ownedKeys are the KEYS of a script acting on the record under key: the
+// record's key, and for a token's record with withToken, the token's key.
+func (s *Store) ownedKeys(key string, withToken bool) []string {
+	if id, ok := strings.CutPrefix(key, store.TokenRecordPrefix); ok && withToken {
+		return []string{s.RecordKey(key), s.TokenKey(id)}
+	}
+	return []string{s.RecordKey(key)}
 }
 
 // pexpireAt is t as a PEXPIREAT argument: Unix milliseconds, truncated.
@@ -77,11 +95,20 @@ func (s *Store) Acquire(ctx context.Context, key, fingerprint, owner string, lea
 	if len(v) != 5 || v[0] != int64(0) {
 		return store.Record{}, false, fmt.Errorf("redis: acquire: unexpected script reply %v", v)
 	}
+	rec, ok := parseRecord(v[1:])
+	if !ok {
+		return store.Record{}, false, fmt.Errorf("redis: acquire: unexpected script reply %v", v)
+	}
+	return rec, false, nil
+}
+
+// parseRecord reads the fields s, f, o and r of a record a script found.
+func parseRecord(v []any) (store.Record, bool) {
 	var f [4]string
 	for i := range f {
-		str, ok := v[i+1].(string)
+		str, ok := v[i].(string)
 		if !ok {
-			return store.Record{}, false, fmt.Errorf("redis: acquire: unexpected script reply %v", v)
+			return store.Record{}, false
 		}
 		f[i] = str
 	}
@@ -89,7 +116,7 @@ func (s *Store) Acquire(ctx context.Context, key, fingerprint, owner string, lea
 	if rec.Completed {
 		rec.Response = []byte(f[3])
 	}
-	return rec, false, nil
+	return rec, true
 }
 
 // Renew implements store.Store with one Lua script (renew.lua) that checks
@@ -97,34 +124,35 @@ func (s *Store) Acquire(ctx context.Context, key, fingerprint, owner string, lea
 // leaseUntil that has already passed by the server's clock ends the record
 // at once: ok is true and the next Acquire acquires.
 func (s *Store) Renew(ctx context.Context, key, owner string, leaseUntil time.Time) (bool, error) {
-	return s.runOwned(ctx, "renew", renew, key, owner, pexpireAt(leaseUntil))
+	return s.runOwned(ctx, "renew", renew, s.ownedKeys(key, false), owner, pexpireAt(leaseUntil))
 }
 
 // Complete implements store.Store with one Lua script (complete.lua) that
 // checks the owner and state, stores response (any bytes) and replaces the
 // lease's expiry with keepUntil. A keepUntil that has already passed by the
 // server's clock completes and ends the record at once: ok is true and the
-// next Acquire acquires.
+// next Acquire acquires. Completing a token's record deletes the token in
+// the same script.
 func (s *Store) Complete(ctx context.Context, key, owner string, response []byte, keepUntil time.Time) (bool, error) {
-	return s.runOwned(ctx, "complete", complete, key, owner, response, pexpireAt(keepUntil))
+	return s.runOwned(ctx, "complete", complete, s.ownedKeys(key, true), owner, response, pexpireAt(keepUntil))
 }
 
 // Release implements store.Store with one Lua script (release.lua) that
 // checks the owner and state and deletes the record.
 func (s *Store) Release(ctx context.Context, key, owner string) (bool, error) {
-	return s.runOwned(ctx, "release", release, key, owner)
+	return s.runOwned(ctx, "release", release, s.ownedKeys(key, false), owner)
 }
 
 // runOwned runs one of the scripts that act on an owner's processing
 // record: ARGV[1] is the owner, the reply 1 (done) or 0 (not that owner's
 // processing record).
-func (s *Store) runOwned(ctx context.Context, op string, script *goredis.Script, key, owner string, args ...any) (bool, error) {
+func (s *Store) runOwned(ctx context.Context, op string, script *goredis.Script, keys []string, owner string, args ...any) (bool, error) {
 	ctx, cancel, err := s.begin(ctx)
 	if err != nil {
 		return false, fmt.Errorf("redis: %s: %w", op, err)
 	}
 	defer cancel()
-	n, err := script.Run(ctx, s.client, []string{s.RecordKey(key)}, append([]any{owner}, args...)...).Int64()
+	n, err := script.Run(ctx, s.client, keys, append([]any{owner}, args...)...).Int64()
 	if err != nil {
 		return false, fmt.Errorf("redis: %s: %w", op, err)
 	}
@@ -135,4 +163,50 @@ func (s *Store) runOwned(ctx context.Context, op string, script *goredis.Script,
 		return true, nil
 	}
 	return false, fmt.Errorf("redis: %s: unexpected script reply %d", op, n)
+}
+
+// RedeemRecord implements store.Store with one Lua script
+// (redeem_record.lua) over the token's key and its record's key, which
+// share a hash slot: it answers from a live record, or compares the token
+// and then deletes it (no owner) or opens a processing record beside it,
+// so exactly one of any number of concurrent callers gets Redeemed.
+//
+// The lease ends at leaseUntil by the Redis server's clock; one that has
+// already passed there redeems without leaving a record, and the token
+// stays. Redis keeps no entry bound, so RedeemRecord never returns
+// store.ErrFull.
+func (s *Store) RedeemRecord(ctx context.Context, id string, want store.Token, owner string, leaseUntil time.Time) (store.RedeemResult, store.Record, error) {
+	ctx, cancel, err := s.begin(ctx)
+	if err != nil {
+		return 0, store.Record{}, fmt.Errorf("redis: redeem record: %w", err)
+	}
+	defer cancel()
+	value, purpose := redeemArgs(want)
+	keys := []string{s.TokenKey(id), s.RecordKey(store.TokenRecordKey(id))}
+	v, err := redeemRecord.Run(ctx, s.client, keys, value, purpose, owner, pexpireAt(leaseUntil)).Slice()
+	if err != nil {
+		return 0, store.Record{}, fmt.Errorf("redis: redeem record: %w", err)
+	}
+	unexpected := fmt.Errorf("redis: redeem record: unexpected script reply %v", v)
+	if len(v) == 0 {
+		return 0, store.Record{}, unexpected
+	}
+	n, _ := v[0].(int64)
+	switch {
+	case n == replyRecorded && len(v) == 5:
+		rec, ok := parseRecord(v[1:])
+		if !ok {
+			return 0, store.Record{}, unexpected
+		}
+		return store.Recorded, rec, nil
+	case len(v) != 1:
+		return 0, store.Record{}, unexpected
+	case n == replyRedeemed && owner != "":
+		return store.Redeemed, store.Record{Fingerprint: want.Fingerprint(), Owner: owner}, nil
+	}
+	res, ok := redeemResult(n)
+	if !ok {
+		return 0, store.Record{}, unexpected
+	}
+	return res, store.Record{}, nil
 }

@@ -35,6 +35,7 @@ const (
 	replyRedeemed        = 1
 	replyPurposeMismatch = 2
 	replySubjectMismatch = 3
+	replyRecorded        = 4 // redeem_record.lua only
 )
 
 // Client is the part of a go-redis client the store uses.
@@ -204,39 +205,57 @@ func (s *Store) PutNonce(ctx context.Context, scope, nonce string, expiresAt tim
 }
 
 // RedeemToken implements store.Store with one Lua script (redeem.lua), so
-// that exactly one of any number of concurrent callers sees Redeemed.
+// that exactly one of any number of concurrent callers sees Redeemed. The
+// script also reads the token's record key (same hash slot): a token with
+// a live record is Absent.
 func (s *Store) RedeemToken(ctx context.Context, id string, want store.Token) (store.RedeemResult, error) {
 	ctx, cancel, err := s.begin(ctx)
 	if err != nil {
 		return 0, fmt.Errorf("redis: redeem: %w", err)
 	}
 	defer cancel()
-	value, purpose := encode(want), want.Purpose+"\n"
-	if strings.Contains(want.Purpose, "\n") {
-		// No stored purpose has a newline: the script can only answer
-		// Absent or PurposeMismatch.
-		value, purpose = "", ""
-	}
-	n, err := redeem.Run(ctx, s.client, []string{s.TokenKey(id)}, value, purpose).Int64()
+	value, purpose := redeemArgs(want)
+	keys := []string{s.TokenKey(id), s.RecordKey(store.TokenRecordKey(id))}
+	n, err := redeem.Run(ctx, s.client, keys, value, purpose).Int64()
 	if err != nil {
 		return 0, fmt.Errorf("redis: redeem: %w", err)
 	}
-	switch n {
-	case replyAbsent:
-		return store.Absent, nil
-	case replyRedeemed:
-		return store.Redeemed, nil
-	case replyPurposeMismatch:
-		return store.PurposeMismatch, nil
-	case replySubjectMismatch:
-		return store.SubjectMismatch, nil
+	if res, ok := redeemResult(n); ok {
+		return res, nil
 	}
 	return 0, fmt.Errorf("redis: redeem: unexpected script reply %d", n)
 }
 
-// encode is the stored form of t. Purposes never contain a newline, so the
-// first one ends the purpose; the subject may contain anything.
-func encode(t store.Token) string { return t.Purpose + "\n" + t.Subject }
+// redeemArgs are the ARGV of the redeem scripts for want: the expected
+// stored value and the expected purpose with its separator.
+func redeemArgs(want store.Token) (value, purpose string) {
+	if strings.Contains(want.Purpose, "\n") {
+		// No stored purpose has a newline: the scripts can only answer
+		// Absent or PurposeMismatch.
+		return "", ""
+	}
+	return encode(want), want.Purpose + "\n"
+}
+
+// redeemResult is the RedeemResult of a redeem script's reply code.
+func redeemResult(n int64) (store.RedeemResult, bool) {
+	switch n {
+	case replyAbsent:
+		return store.Absent, true
+	case replyRedeemed:
+		return store.Redeemed, true
+	case replyPurposeMismatch:
+		return store.PurposeMismatch, true
+	case replySubjectMismatch:
+		return store.SubjectMismatch, true
+	}
+	return 0, false
+}
+
+// encode is the stored form of t, its Fingerprint. Purposes never contain
+// a newline, so the first one ends the purpose; the subject may contain
+// anything.
+func encode(t store.Token) string { return t.Fingerprint() }
 
 // Allow implements store.Limiter with go-redis/redis_rate (GCRA in one Lua
 // script, on the Redis server's clock): l.Burst events at once, refilled

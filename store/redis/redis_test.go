@@ -172,9 +172,11 @@ func TestClusterHashTags(t *testing.T) {
 	}
 	for _, id := range []string{"1", storetest.ID(), "with{braces}inside", "ünïcødé", "a:b/c"} {
 		t.Run(id, func(t *testing.T) {
-			tk, rk := s.TokenKey(id), s.RecordKey(id)
-			if a, b := slot(tk), slot(rk); a != b {
-				t.Fatalf("slot(%q) = %d, slot(%q) = %d; want one slot", tk, a, rk, b)
+			tk := s.TokenKey(id)
+			for _, rk := range []string{s.RecordKey(id), s.RecordKey(store.TokenRecordKey(id))} {
+				if a, b := slot(tk), slot(rk); a != b {
+					t.Fatalf("slot(%q) = %d, slot(%q) = %d; want one slot", tk, a, rk, b)
+				}
 			}
 		})
 	}
@@ -262,6 +264,40 @@ func TestRecordLayout(t *testing.T) {
 	}
 }
 
+// TestTokenRecordLayout pins a token's record key, beside the token and
+// apart from the record under the same name, and that completing it
+// deletes the token key.
+func TestTokenRecordLayout(t *testing.T) {
+	s, mr, in := newMiniredis(t, redis.WithPrefix("app:"))
+	defer s.Close()
+	ctx := context.Background()
+	if got, want := s.RecordKey(store.TokenRecordKey("42")), "app:r:{42}t"; got != want {
+		t.Fatalf("RecordKey(TokenRecordKey) = %q, want %q", got, want)
+	}
+	tok := store.Token{Purpose: "checkout", Subject: "alice"}
+	if _, err := s.PutToken(ctx, "42", tok, in.Now().Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	if res, _, err := s.RedeemRecord(ctx, "42", tok, "owner", in.Now().Add(time.Minute)); err != nil || res != store.Redeemed {
+		t.Fatalf("redeem record = %v, %v", res, err)
+	}
+	if st, fp, owner := mr.HGet("app:r:{42}t", "s"), mr.HGet("app:r:{42}t", "f"), mr.HGet("app:r:{42}t", "o"); st != "p" || fp != "checkout\nalice" || owner != "owner" {
+		t.Fatalf("processing token record: s=%q f=%q o=%q", st, fp, owner)
+	}
+	if ttl := mr.TTL("app:r:{42}t"); ttl != time.Minute {
+		t.Fatalf("token record TTL = %v, want the lease (1m)", ttl)
+	}
+	if !mr.Exists("app:t:{42}") || mr.Exists("app:r:{42}") {
+		t.Fatalf("keys = %q; want the token kept and no plain record", mr.Keys())
+	}
+	if ok, err := s.Complete(ctx, store.TokenRecordKey("42"), "owner", []byte("done"), in.Now().Add(24*time.Hour)); err != nil || !ok {
+		t.Fatalf("complete = %v, %v", ok, err)
+	}
+	if mr.Exists("app:t:{42}") || mr.HGet("app:r:{42}t", "r") != "done" {
+		t.Fatalf("after complete, keys = %q; want only the completed record", mr.Keys())
+	}
+}
+
 // TestRecordScriptsCacheFlushed checks the EVAL fallback of every record
 // script when the server has forgotten them.
 func TestRecordScriptsCacheFlushed(t *testing.T) {
@@ -299,6 +335,15 @@ func TestRecordScriptsCacheFlushed(t *testing.T) {
 			t.Fatalf("round %d: release = %v, %v", i, ok, err)
 		}
 		flush()
+		tok := store.Token{Purpose: "p"}
+		if _, err := s.PutToken(ctx, key, tok, in.Now().Add(time.Minute)); err != nil {
+			t.Fatal(err)
+		}
+		flush()
+		if res, _, err := s.RedeemRecord(ctx, key, tok, "o", in.Now().Add(time.Minute)); err != nil || res != store.Redeemed {
+			t.Fatalf("round %d: redeem record = %v, %v", i, res, err)
+		}
+		flush()
 	}
 }
 
@@ -325,6 +370,14 @@ func TestPurposeWithNewline(t *testing.T) {
 		{"prefix of the encoded value", "1", store.Token{Purpose: "a\nb"}, store.PurposeMismatch},
 		{"absent token", "2", store.Token{Purpose: "a\nb", Subject: "c"}, store.Absent},
 		{"the real token", "1", stored, store.Redeemed},
+	}
+	for _, tc := range tests {
+		if tc.want == store.Redeemed {
+			break // RedeemToken below takes it
+		}
+		if got, _, err := s.RedeemRecord(ctx, tc.id, tc.presented, "o", in.Now().Add(time.Minute)); err != nil || got != tc.want {
+			t.Fatalf("%s: redeem record = %v, %v; want %v", tc.name, got, err, tc.want)
+		}
 	}
 	for _, tc := range tests {
 		if got, err := s.RedeemToken(ctx, tc.id, tc.presented); err != nil || got != tc.want {
@@ -377,6 +430,7 @@ func calls(ctx context.Context, s *redis.Store, now time.Time) map[string]error 
 	errs := map[string]error{}
 	_, errs["PutToken"] = s.PutToken(ctx, "x", store.Token{Purpose: "p"}, now.Add(time.Minute))
 	_, errs["RedeemToken"] = s.RedeemToken(ctx, "x", store.Token{Purpose: "p"})
+	_, _, errs["RedeemRecord"] = s.RedeemRecord(ctx, "x", store.Token{Purpose: "p"}, "o", now.Add(time.Minute))
 	_, _, errs["Acquire"] = s.Acquire(ctx, "x", "fp", "o", now.Add(time.Minute))
 	_, errs["Renew"] = s.Renew(ctx, "x", "o", now.Add(time.Minute))
 	_, errs["Complete"] = s.Complete(ctx, "x", "o", []byte("done"), now.Add(time.Minute))

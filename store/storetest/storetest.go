@@ -31,8 +31,9 @@ type Instance struct {
 	// token ID id, and false when there is none.
 	TTL func(id string) (time.Duration, bool)
 	// RecordTTL returns the remaining lifetime of the idempotency record
-	// under key, and false when there is none. It is optional: when nil,
-	// the checks that need it are skipped.
+	// under key (a token's record under store.TokenRecordKey(id)), and
+	// false when there is none. It is optional: when nil, the checks that
+	// need it are skipped.
 	RecordTTL func(key string) (time.Duration, bool)
 }
 
@@ -312,6 +313,7 @@ func Run(t *testing.T, newStore Factory) {
 	})
 
 	runRecords(t, open)
+	runTokenRecords(t, open)
 
 	t.Run("limiter admits the burst then refuses with a retry time", func(t *testing.T) {
 		in := open(t)

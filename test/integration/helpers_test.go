@@ -112,6 +112,10 @@ func (brokenStore) RedeemToken(context.Context, string, store.Token) (store.Rede
 	return 0, errBroken
 }
 
+func (brokenStore) RedeemRecord(context.Context, string, store.Token, string, time.Time) (store.RedeemResult, store.Record, error) {
+	return 0, store.Record{}, errBroken
+}
+
 func (brokenStore) PutNonce(context.Context, string, string, time.Time) (bool, error) {
 	return false, errBroken
 }

@@ -1,0 +1,472 @@
+package handlers_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/replayguard/replayguard/handlers"
+	"github.com/replayguard/replayguard/idempotency"
+	"github.com/replayguard/replayguard/metrics"
+	"github.com/replayguard/replayguard/store"
+	"github.com/replayguard/replayguard/store/memory"
+	redisstore "github.com/replayguard/replayguard/store/redis"
+	"github.com/replayguard/replayguard/token"
+)
+
+const backendKey = "backend-secret"
+
+// apiStores open a store whose clock the test moves with advance: the
+// memory store's own clock, or miniredis's.
+var apiStores = []struct {
+	name string
+	open func(t *testing.T) (st store.Store, now func() time.Time, advance func(time.Duration))
+}{
+	{"memory", func(t *testing.T) (store.Store, func() time.Time, func(time.Duration)) {
+		clk := newFakeClock()
+		st := memory.New(memory.WithClock(clk.Now))
+		t.Cleanup(func() { _ = st.Close() })
+		return st, clk.Now, clk.Advance
+	}},
+	{"miniredis", func(t *testing.T) (store.Store, func() time.Time, func(time.Duration)) {
+		clk := newFakeClock()
+		mr := miniredis.RunT(t)
+		mr.SetTime(clk.Now())
+		client := goredis.NewClient(&goredis.Options{Addr: mr.Addr(), ContextTimeoutEnabled: true})
+		st := redisstore.New(client, redisstore.WithClock(clk.Now), redisstore.WithTimeout(10*time.Second))
+		t.Cleanup(func() { _ = st.Close() })
+		return st, clk.Now, func(d time.Duration) {
+			clk.Advance(d)
+			mr.SetTime(clk.Now())
+			mr.FastForward(d)
+		}
+	}},
+}
+
+// apiEnv is a running server with the token API, records on.
+type apiEnv struct {
+	t       *testing.T
+	srv     *httptest.Server
+	svc     *token.Service
+	m       *metrics.Metrics
+	advance func(time.Duration)
+}
+
+func newAPIEnv(t *testing.T, open func(t *testing.T) (store.Store, func() time.Time, func(time.Duration)), keeper []idempotency.Option, opts ...handlers.Option) apiEnv {
+	t.Helper()
+	st, now, advance := open(t)
+	svc, err := token.New(st, []token.Key{{ID: "k1", Secret: []byte(strings.Repeat("s", 32))}},
+		token.WithMachineID(uint16(100+machineIDs.Add(1))), token.WithClock(now))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := metrics.New()
+	k := idempotency.New(st, append([]idempotency.Option{idempotency.WithClock(now)}, keeper...)...)
+	a := handlers.New(svc, append([]handlers.Option{handlers.WithAPIKeys(backendKey), handlers.WithMetrics(m), handlers.WithRecords(k)}, opts...)...)
+	e, err := a.Engine(handlers.EngineConfig{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(e)
+	t.Cleanup(srv.Close)
+	return apiEnv{t: t, srv: srv, svc: svc, m: m, advance: advance}
+}
+
+// apiAnswer is a decoded answer of the API.
+type apiAnswer struct {
+	status     int
+	header     http.Header
+	raw        []byte
+	code       string // problem code
+	jsonStatus string // "status" of a 200 redeem answer
+	response   *apiResponse
+}
+
+type apiResponse struct {
+	Status  int               `json:"status"`
+	Headers map[string]string `json:"headers"`
+	Body    string            `json:"body"`
+}
+
+// post sends body as JSON to path, with the backend's API key unless
+// noAuth.
+func (e apiEnv) post(path string, body any, noAuth bool) apiAnswer {
+	e.t.Helper()
+	data, err := json.Marshal(body)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	req, err := http.NewRequest(http.MethodPost, e.srv.URL+path, bytes.NewReader(data))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if !noAuth {
+		req.Header.Set("Authorization", "Bearer "+backendKey)
+	}
+	return e.do(req)
+}
+
+func (e apiEnv) do(req *http.Request) apiAnswer {
+	e.t.Helper()
+	resp, err := e.srv.Client().Do(req)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	a := apiAnswer{status: resp.StatusCode, header: resp.Header, raw: raw}
+	switch resp.Header.Get("Content-Type") {
+	case "application/problem+json":
+		var p handlers.Problem
+		if err := json.Unmarshal(raw, &p); err != nil {
+			e.t.Fatalf("problem %s: %v", raw, err)
+		}
+		a.code = p.Code
+	case "application/json; charset=utf-8":
+		var v struct {
+			Status   string       `json:"status"`
+			Response *apiResponse `json:"response"`
+		}
+		if err := json.Unmarshal(raw, &v); err != nil {
+			e.t.Fatalf("answer %s: %v", raw, err)
+		}
+		a.jsonStatus, a.response = v.Status, v.Response
+	}
+	return a
+}
+
+func (e apiEnv) issue(purpose string, ttl time.Duration) token.Issued {
+	e.t.Helper()
+	is, err := e.svc.Issue(context.Background(), token.IssueRequest{Purpose: purpose, TTL: ttl})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return is
+}
+
+func b64(s string) string { return base64.StdEncoding.EncodeToString([]byte(s)) }
+
+func TestAPITokenRecords(t *testing.T) {
+	orderPage := map[string]any{
+		"status":  303,
+		"headers": map[string]string{"Location": "/orders/7", "x-multi": "a, b", "Set-Cookie": "session=first-callers-only", "Date": "Mon, 01 Jan 2001 00:00:00 GMT"},
+		"body":    b64("see /orders/7\x00\xff"),
+	}
+	replayedOrderPage := &apiResponse{Status: 303, Headers: map[string]string{"Location": "/orders/7", "X-Multi": "a, b"}, Body: b64("see /orders/7\x00\xff")}
+	// A step calls one endpoint with the token named tok: "a" and "b" are
+	// live checkout tokens, "short" lives ten seconds, "login" is for
+	// another purpose, "forged" is none of ours, "" sends no token.
+	type step struct {
+		name       string
+		path       string // redeem, complete or release
+		tok        string
+		record     bool
+		response   any // the "response" of complete; nil leaves it out
+		noAuth     bool
+		advance    time.Duration // before the call
+		wantStatus int
+		wantCode   string       // problem code
+		wantJSON   string       // "status" of a 200 answer
+		wantResp   *apiResponse // the replayed response
+	}
+	redeem := func(name, tok string, record bool, status int, code, json string) step {
+		return step{name: name, path: "redeem", tok: tok, record: record, wantStatus: status, wantCode: code, wantJSON: json}
+	}
+	complete := func(name, tok string, response any, status int, code string) step {
+		return step{name: name, path: "complete", tok: tok, response: response, wantStatus: status, wantCode: code}
+	}
+	release := func(name, tok string, status int, code string) step {
+		return step{name: name, path: "release", tok: tok, wantStatus: status, wantCode: code}
+	}
+	replayed := func(name, tok string, record bool, resp *apiResponse) step {
+		return step{name: name, path: "redeem", tok: tok, record: record, wantStatus: 200, wantJSON: "replayed", wantResp: resp}
+	}
+	tests := []struct {
+		name   string
+		keeper []idempotency.Option
+		steps  []step
+	}{
+		{"record, complete, then every redeem gets the response", nil, []step{
+			redeem("open the record", "a", true, 200, "", "redeemed"),
+			redeem("a duplicate while processing", "a", true, 409, "request_in_progress", ""),
+			redeem("a plain redeem while processing", "a", false, 409, "request_in_progress", ""),
+			complete("complete", "a", orderPage, 204, ""),
+			replayed("a duplicate gets the response", "a", true, replayedOrderPage),
+			replayed("so does a plain redeem", "a", false, replayedOrderPage),
+			complete("complete twice", "a", orderPage, 409, "record_not_processing"),
+			release("release after completion", "a", 409, "record_not_processing"),
+			replayed("the record is unchanged", "a", false, replayedOrderPage),
+			redeem("another token is another execution", "b", true, 200, "", "redeemed"),
+		}},
+		{"release gives the token back for one retry (the backend's 5xx)", nil, []step{
+			redeem("open the record", "a", true, 200, "", "redeemed"),
+			release("release", "a", 204, ""),
+			release("release twice", "a", 409, "record_not_processing"),
+			redeem("the retry opens a new record", "a", true, 200, "", "redeemed"),
+			redeem("and is in progress for duplicates", "a", false, 409, "request_in_progress", ""),
+			complete("complete", "a", map[string]any{"status": 201, "headers": map[string]string{}, "body": ""}, 204, ""),
+			replayed("then recorded", "a", true, &apiResponse{Status: 201, Headers: map[string]string{}, Body: ""}),
+		}},
+		{"a 4xx is recorded as any response", nil, []step{
+			redeem("open", "a", true, 200, "", "redeemed"),
+			complete("complete with 422", "a", map[string]any{"status": 422, "body": b64(`{"error":"sold out"}`)}, 204, ""),
+			replayed("replayed", "a", false, &apiResponse{Status: 422, Headers: map[string]string{}, Body: b64(`{"error":"sold out"}`)}),
+		}},
+		{"a body over the cap is recorded without it", []idempotency.Option{idempotency.WithMaxBody(16)}, []step{
+			redeem("open", "a", true, 200, "", "redeemed"),
+			complete("complete with 40 bytes", "a", map[string]any{"status": 200, "body": b64(strings.Repeat("x", 40))}, 204, ""),
+			redeem("a duplicate", "a", true, 409, "response_not_stored", ""),
+			redeem("a plain redeem", "a", false, 409, "response_not_stored", ""),
+		}},
+		{"an invalid response is refused and the record stays processing", nil, []step{
+			redeem("open", "a", true, 200, "", "redeemed"),
+			complete("no response", "a", nil, 400, "invalid_request"),
+			complete("status 99", "a", map[string]any{"status": 99}, 400, "invalid_request"),
+			complete("status 600", "a", map[string]any{"status": 600}, 400, "invalid_request"),
+			complete("status 101", "a", map[string]any{"status": 101}, 400, "invalid_request"),
+			complete("a header name with a space", "a", map[string]any{"status": 200, "headers": map[string]string{"Bad Name": "x"}}, 400, "invalid_request"),
+			complete("a header value with CRLF", "a", map[string]any{"status": 200, "headers": map[string]string{"X-A": "a\r\nSet-Cookie: x"}}, 400, "invalid_request"),
+			complete("one header named twice", "a", map[string]any{"status": 200, "headers": map[string]string{"location": "/a", "Location": "/b"}}, 400, "invalid_request"),
+			complete("a body that is not base64", "a", map[string]any{"status": 200, "body": "not base64!"}, 400, "invalid_request"),
+			complete("a body in base64url", "a", map[string]any{"status": 200, "body": "-_-_"}, 400, "invalid_request"),
+			complete("an unknown field", "a", map[string]any{"status": 200, "trailers": map[string]string{}}, 400, "invalid_request"),
+			redeem("still processing", "a", false, 409, "request_in_progress", ""),
+			complete("a valid response", "a", orderPage, 204, ""),
+			replayed("replayed", "a", false, replayedOrderPage),
+		}},
+		{"complete and release need a processing record and a genuine token", nil, []step{
+			complete("complete of a token never redeemed", "a", orderPage, 409, "record_not_processing"),
+			release("release of a token never redeemed", "a", 409, "record_not_processing"),
+			complete("a forged token", "forged", orderPage, 401, "token_invalid"),
+			release("no token", "", 400, "invalid_request"),
+			{name: "complete without the API key", path: "complete", tok: "a", response: orderPage, noAuth: true, wantStatus: 401, wantCode: "unauthorized"},
+			{name: "release without the API key", path: "release", tok: "a", noAuth: true, wantStatus: 401, wantCode: "unauthorized"},
+			redeem("the token was left alone: a plain redeem", "a", false, 200, "", "redeemed"),
+			redeem("which used it up", "a", true, 409, "token_used", ""),
+			complete("and left no record", "a", orderPage, 409, "record_not_processing"),
+		}},
+		{"the token's own refusals come first", nil, []step{
+			redeem("another purpose", "login", true, 403, "purpose_mismatch", ""),
+			redeem("a forged token", "forged", true, 401, "token_invalid", ""),
+			{name: "without the API key", path: "redeem", tok: "a", record: true, noAuth: true, wantStatus: 401, wantCode: "unauthorized"},
+			redeem("the token stayed valid", "a", true, 200, "", "redeemed"),
+		}},
+		{"a token that expires while processing can still be completed and replayed", nil, []step{
+			redeem("open", "short", true, 200, "", "redeemed"),
+			{name: "complete after exp", path: "complete", tok: "short", response: orderPage, advance: 30 * time.Second, wantStatus: 204},
+			replayed("a late duplicate gets the response", "short", true, replayedOrderPage),
+			replayed("so does a plain redeem", "short", false, replayedOrderPage),
+		}},
+		{"a token that expires while processing can be released, and is then expired", nil, []step{
+			redeem("open", "short", true, 200, "", "redeemed"),
+			redeem("in progress", "short", false, 409, "request_in_progress", ""),
+			{name: "release after exp", path: "release", tok: "short", advance: 30 * time.Second, wantStatus: 204},
+			redeem("a retry is refused", "short", true, 401, "token_expired", ""),
+			redeem("a plain one too", "short", false, 401, "token_expired", ""),
+			complete("and nothing is left to complete", "short", orderPage, 409, "record_not_processing"),
+		}},
+		{"an expired token without a record is expired and opens nothing", nil, []step{
+			{name: "redeem after exp", path: "redeem", tok: "short", record: true, advance: 30 * time.Second, wantStatus: 401, wantCode: "token_expired"},
+			complete("no record was opened", "short", orderPage, 409, "record_not_processing"),
+		}},
+		{"a record's lease is not renewed: the backend must complete within the lock TTL", []idempotency.Option{idempotency.WithLockTTL(20 * time.Second)}, []step{
+			redeem("open", "a", true, 200, "", "redeemed"),
+			{name: "inside the lease", path: "redeem", tok: "a", advance: 19 * time.Second, wantStatus: 409, wantCode: "request_in_progress"},
+			{name: "after the lease a retry redeems", path: "redeem", tok: "a", record: true, advance: time.Second, wantStatus: 200, wantJSON: "redeemed"},
+			complete("complete", "a", orderPage, 204, ""),
+			replayed("replayed", "a", false, replayedOrderPage),
+		}},
+	}
+	for _, sc := range apiStores {
+		for _, tc := range tests {
+			t.Run(sc.name+"/"+tc.name, func(t *testing.T) {
+				e := newAPIEnv(t, sc.open, tc.keeper)
+				toks := map[string]string{
+					"a": e.issue("checkout", 0).Token, "b": e.issue("checkout", 0).Token,
+					"short": e.issue("checkout", 10*time.Second).Token, "login": e.issue("login", 0).Token,
+					"forged": "a.b.c", "": "",
+				}
+				for _, s := range tc.steps {
+					e.advance(s.advance)
+					body := map[string]any{"token": toks[s.tok]}
+					switch s.path {
+					case "redeem":
+						body["purpose"] = "checkout"
+						body["record"] = s.record
+					case "complete":
+						if s.response != nil {
+							body["response"] = s.response
+						}
+					}
+					got := e.post("/v1/tokens/"+s.path, body, s.noAuth)
+					if got.status != s.wantStatus || got.code != s.wantCode || got.jsonStatus != s.wantJSON {
+						t.Fatalf("%s: got %d %q %q %s; want %d %q %q", s.name, got.status, got.code, got.jsonStatus, got.raw, s.wantStatus, s.wantCode, s.wantJSON)
+					}
+					if fmt.Sprint(got.response) != fmt.Sprint(s.wantResp) {
+						t.Fatalf("%s: response %+v, want %+v", s.name, got.response, s.wantResp)
+					}
+					if s.wantCode == "request_in_progress" && got.header.Get("Retry-After") != "1" {
+						t.Fatalf("%s: Retry-After %q, want 1", s.name, got.header.Get("Retry-After"))
+					}
+					if got.status == 200 && got.header.Get("Cache-Control") != "no-store" {
+						t.Fatalf("%s: Cache-Control %q", s.name, got.header.Get("Cache-Control"))
+					}
+				}
+			})
+		}
+	}
+}
+
+// TestAPITokenRecordsReplayIsExact checks the replayed answer's JSON byte
+// for byte: the shape the issue fixes, base64 with padding, and a body of
+// arbitrary bytes coming back as sent.
+func TestAPITokenRecordsReplayIsExact(t *testing.T) {
+	e := newAPIEnv(t, apiStores[0].open, nil)
+	is := e.issue("checkout", 0)
+	if got := e.post("/v1/tokens/redeem", map[string]any{"token": is.Token, "purpose": "checkout", "record": true}, false); got.jsonStatus != "redeemed" {
+		t.Fatalf("redeem: %d %s", got.status, got.raw)
+	}
+	body := []byte{0, 1, 2, 0xfe, 0xff, 'o', 'k'}
+	resp := map[string]any{"status": 303, "headers": map[string]string{"Location": "/orders/7"}, "body": base64.StdEncoding.EncodeToString(body)}
+	if got := e.post("/v1/tokens/complete", map[string]any{"token": is.Token, "response": resp}, false); got.status != 204 || len(got.raw) != 0 {
+		t.Fatalf("complete: %d %s", got.status, got.raw)
+	}
+	got := e.post("/v1/tokens/redeem", map[string]any{"token": is.Token, "purpose": "checkout"}, false)
+	want := fmt.Sprintf(`{"status":"replayed","id":%q,"purpose":"checkout","subject":"","response":{"status":303,"headers":{"Location":"/orders/7"},"body":"AAEC/v9vaw=="}}`, is.ID)
+	if strings.TrimSpace(string(got.raw)) != want {
+		t.Fatalf("replay = %s\nwant     %s", got.raw, want)
+	}
+	// The token in the Idempotency-Token header works as for redeem.
+	req, err := http.NewRequest(http.MethodPost, e.srv.URL+"/v1/tokens/redeem", strings.NewReader(`{"purpose":"checkout"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set(handlers.TokenHeader, is.Token)
+	req.Header.Set("Authorization", "Bearer "+backendKey)
+	if again := e.do(req); !bytes.Equal(again.raw, got.raw) {
+		t.Fatalf("the header token's replay differs: %s", again.raw)
+	}
+}
+
+func TestAPITokenRecordsFiftyConcurrentRedeemsOpenOneRecord(t *testing.T) {
+	const n = 50
+	for _, sc := range apiStores {
+		t.Run(sc.name, func(t *testing.T) {
+			e := newAPIEnv(t, sc.open, nil)
+			is := e.issue("checkout", 0)
+			race := func(record bool) map[string]int {
+				start := make(chan struct{})
+				answers := make(chan apiAnswer, n)
+				var wg sync.WaitGroup
+				for i := range n {
+					wg.Go(func() {
+						<-start
+						answers <- e.post("/v1/tokens/redeem", map[string]any{"token": is.Token, "purpose": "checkout", "record": record || i%2 == 0}, false)
+					})
+				}
+				close(start)
+				wg.Wait()
+				close(answers)
+				counts := map[string]int{}
+				for a := range answers {
+					counts[fmt.Sprintf("%d %s%s", a.status, a.code, a.jsonStatus)]++
+				}
+				return counts
+			}
+			if got := race(true); got["200 redeemed"] != 1 || got["409 request_in_progress"] != n-1 {
+				t.Fatalf("while processing: %v; want 1 redeemed and %d in progress", got, n-1)
+			}
+			if got := e.post("/v1/tokens/complete", map[string]any{"token": is.Token, "response": map[string]any{"status": 303, "headers": map[string]string{"Location": "/orders/7"}}}, false); got.status != 204 {
+				t.Fatalf("complete: %d %s", got.status, got.raw)
+			}
+			if got := race(false); got["200 replayed"] != n {
+				t.Fatalf("after completion: %v; want %d replays", got, n)
+			}
+		})
+	}
+}
+
+func TestAPIWithoutRecords(t *testing.T) {
+	st := newRecordStore(t, nil)
+	svc := newTokenService(t, st)
+	e, err := handlers.New(svc).Engine(handlers.EngineConfig{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(e)
+	defer srv.Close()
+	env := apiEnv{t: t, srv: srv, svc: svc}
+	is := env.issue("checkout", 0)
+	tests := []struct {
+		name       string
+		path       string
+		body       map[string]any
+		wantStatus int
+		wantCode   string
+	}{
+		{"record: true is refused", "/v1/tokens/redeem", map[string]any{"token": is.Token, "purpose": "checkout", "record": true}, 400, "invalid_request"},
+		{"complete is not served", "/v1/tokens/complete", map[string]any{"token": is.Token, "response": map[string]any{"status": 200}}, 404, "not_found"},
+		{"release is not served", "/v1/tokens/release", map[string]any{"token": is.Token}, 404, "not_found"},
+		{"the token was not touched", "/v1/tokens/redeem", map[string]any{"token": is.Token, "purpose": "checkout"}, 200, ""},
+		{"a plain redeem is used up as before", "/v1/tokens/redeem", map[string]any{"token": is.Token, "purpose": "checkout", "record": false}, 409, "token_used"},
+	}
+	for _, tc := range tests {
+		got := env.post(tc.path, tc.body, true)
+		if got.status != tc.wantStatus || got.code != tc.wantCode {
+			t.Fatalf("%s: got %d %q %s; want %d %q", tc.name, got.status, got.code, got.raw, tc.wantStatus, tc.wantCode)
+		}
+	}
+}
+
+func TestAPITokenRecordsMetrics(t *testing.T) {
+	e := newAPIEnv(t, apiStores[0].open, nil)
+	is := e.issue("checkout", 0)
+	e.post("/v1/tokens/redeem", map[string]any{"token": is.Token, "purpose": "checkout", "record": true}, false)
+	e.post("/v1/tokens/redeem", map[string]any{"token": is.Token, "purpose": "checkout"}, false)
+	e.post("/v1/tokens/release", map[string]any{"token": is.Token}, false)
+	e.post("/v1/tokens/release", map[string]any{"token": is.Token}, false)
+	e.post("/v1/tokens/redeem", map[string]any{"token": is.Token, "purpose": "checkout", "record": true}, false)
+	e.post("/v1/tokens/complete", map[string]any{"token": is.Token, "response": map[string]any{"status": 204}}, false)
+	e.post("/v1/tokens/redeem", map[string]any{"token": is.Token, "purpose": "checkout"}, false)
+	families, err := e.m.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for _, f := range families {
+		for _, mt := range f.GetMetric() {
+			labels := []string{}
+			for _, l := range mt.GetLabel() {
+				labels = append(labels, l.GetValue())
+			}
+			switch f.GetName() {
+			case "replayguard_redemptions_total", "replayguard_token_records_total":
+				got[strings.Join(labels, "/")] = mt.GetCounter().GetValue()
+			}
+		}
+	}
+	want := map[string]float64{
+		"redeemed": 2, "request_in_progress": 1, "replayed": 1,
+		"release/released": 1, "release/record_not_processing": 1, "complete/completed": 1,
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("counts = %v\nwant     %v", got, want)
+	}
+}
