@@ -397,7 +397,36 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, detached bool)
 	}
 	ctx, cancel := context.WithTimeout(ctx, g.timeout)
 	defer cancel()
+	if detached {
+		defer func() {
+			// ReverseProxy aborts with http.ErrAbortHandler when the
+			// app's answer breaks off after its status was sent: the
+			// app ran, so its record must not be released for a retry.
+			if v := recover(); v != nil {
+				abandon(w)
+				panic(v)
+			}
+		}()
+	}
 	g.proxy.ServeHTTP(w, r.WithContext(ctx))
+}
+
+// abandon leaves the record of the response being written to w
+// processing until its lease ends (handlers.AbandonRecord): the app may
+// have carried the request out, so neither storing the failure nor
+// releasing the record for an immediate retry is right.
+func abandon(w http.ResponseWriter) {
+	if nf, ok := w.(noFlush); ok {
+		w = nf.ResponseWriter
+	}
+	handlers.AbandonRecord(w)
+}
+
+// neverSent reports whether err, from the transport, means the request
+// never reached the app: it could not connect.
+func neverSent(err error) bool {
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "dial"
 }
 
 // noFlush is a ResponseWriter without Flush, Hijack or Unwrap.
@@ -439,7 +468,10 @@ func modifyResponse(resp *http.Response) error {
 
 // upstreamError answers a request the app did not answer: 502
 // upstream_unavailable. The error (an address, a timeout) is logged, not
-// sent.
+// sent. When the app could not be reached, the 502 releases a recorded
+// route's record so that a retry runs; when the request may have reached
+// it (a timeout, a connection broken after sending), the record is
+// abandoned instead: duplicates get 409 until its lease ends.
 func (g *Gateway) upstreamError(w http.ResponseWriter, r *http.Request, err error) {
 	level := slog.LevelWarn
 	if errors.Is(r.Context().Err(), context.Canceled) {
@@ -449,6 +481,11 @@ func (g *Gateway) upstreamError(w http.ResponseWriter, r *http.Request, err erro
 		slog.String("request_id", handlers.RequestID(r.Context())),
 		slog.String("method", r.Method), slog.String("path", r.URL.Path),
 		slog.String("error", err.Error()))
+	if !neverSent(err) {
+		// A timeout or a broken connection after the request was sent:
+		// the app may have carried it out.
+		abandon(w)
+	}
 	handlers.WriteProblem(w, r, fmt.Errorf("%w: %w", handlers.ErrUpstreamUnavailable, err))
 }
 

@@ -22,6 +22,7 @@ import (
 	"github.com/replayguard/replayguard/idempotency"
 	"github.com/replayguard/replayguard/replay"
 	"github.com/replayguard/replayguard/store/memory"
+	"github.com/replayguard/replayguard/store/storetest"
 	"github.com/replayguard/replayguard/token"
 )
 
@@ -578,6 +579,78 @@ func TestUpstreamTimeout(t *testing.T) {
 	status, _, body := do(t, newRequest(t, "GET", gw.URL+"/slow", ""))
 	if status != http.StatusBadGateway || problemCode(body) != "upstream_unavailable" {
 		t.Fatalf("= %d %s", status, body)
+	}
+}
+
+// TestUnknownOutcomeAbandonsTheRecord: when the request may have reached
+// the app (it timed out, or its answer broke off), the record is neither
+// stored nor released: duplicates get 409 until the lease ends, then one
+// retry runs. A 502 for an app that could not be reached releases it.
+func TestUnknownOutcomeAbandonsTheRecord(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		respond func(release <-chan struct{}) http.HandlerFunc
+		status  int // what the first client gets; 0: a broken connection
+	}{
+		{"the app does not answer in time", func(release <-chan struct{}) http.HandlerFunc {
+			return func(w http.ResponseWriter, r *http.Request) { <-release }
+		}, http.StatusBadGateway},
+		{"the app's answer breaks off after its status", func(<-chan struct{}) http.HandlerFunc {
+			return func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Content-Length", "100")
+				w.WriteHeader(http.StatusCreated)
+				_, _ = io.WriteString(w, "partial")
+				_ = http.NewResponseController(w).Flush() // the status reaches the gateway
+				panic(http.ErrAbortHandler) // the app's server drops the connection
+			}
+		}, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a := newApp(t)
+			release := make(chan struct{})
+			t.Cleanup(func() { close(release) })
+			a.respond = tc.respond(release)
+			clock := storetest.NewClock(time.Unix(1_700_000_000, 0))
+			st := memory.New(memory.WithClock(clock.Now))
+			t.Cleanup(func() { _ = st.Close() })
+			keeper := idempotency.New(st, idempotency.WithClock(clock.Now), idempotency.WithLockTTL(time.Minute))
+			gw := serve(t, a.url(t), "routes:\n  - {match: \"POST /orders\", policy: idempotency_key, required: true}\n",
+				gateway.WithKeeper(keeper), gateway.WithTimeout(100*time.Millisecond))
+			send := func() (*http.Response, error) {
+				return http.DefaultClient.Do(newRequest(t, "POST", gw.URL+"/orders", "{}", "Idempotency-Key", `"k1"`))
+			}
+			resp, err := send()
+			switch {
+			case err == nil:
+				_, _ = io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != tc.status {
+					t.Fatalf("first = %d, want %d", resp.StatusCode, tc.status)
+				}
+			case tc.status != 0:
+				t.Fatalf("first: %v", err)
+			}
+			status, h, body := do(t, newRequest(t, "POST", gw.URL+"/orders", "{}", "Idempotency-Key", `"k1"`))
+			if status != http.StatusConflict || problemCode(body) != "request_in_progress" || h.Get("Retry-After") == "" {
+				t.Fatalf("duplicate = %d %s, want 409 request_in_progress: the record must outlive an unknown outcome", status, body)
+			}
+			if n := len(a.requests()); n != 1 {
+				t.Fatalf("the app ran %d times, want 1", n)
+			}
+			clock.Advance(time.Minute + time.Second) // the lease ends
+			a.mu.Lock()
+			a.respond = nil
+			a.mu.Unlock()
+			if status, _, body := do(t, newRequest(t, "POST", gw.URL+"/orders", "{}", "Idempotency-Key", `"k1"`)); status != http.StatusCreated {
+				t.Fatalf("retry after the lease = %d %s", status, body)
+			}
+			if status, h, _ := do(t, newRequest(t, "POST", gw.URL+"/orders", "{}", "Idempotency-Key", `"k1"`)); status != http.StatusCreated || h.Get("Idempotent-Replayed") != "true" {
+				t.Fatalf("duplicate of the retry = %d %v", status, h)
+			}
+			if n := len(a.requests()); n != 2 {
+				t.Fatalf("the app ran %d times, want 2 (the first, then one retry after the lease)", n)
+			}
+		})
 	}
 }
 

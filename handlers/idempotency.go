@@ -521,6 +521,7 @@ type captureWriter struct {
 	wrote     bool // a Write or WriteHeaderNow happened (for gin)
 	streaming bool // the record is finished and writes go straight to w
 	finished  bool
+	abandoned bool // AbandonRecord: neither complete nor release
 }
 
 func newCaptureWriter(w http.ResponseWriter, r *http.Request, p recordPolicy, run *idempotency.Run, maxBody int) *captureWriter {
@@ -650,6 +651,12 @@ func (c *captureWriter) finish(streaming, panicked bool) {
 		c.status = http.StatusOK
 	}
 	var err error
+	if c.abandoned {
+		c.run.Abandon()
+		c.p.log.LogAttrs(c.r.Context(), slog.LevelWarn, "idempotency record abandoned: the outcome is unknown; duplicates get 409 until its lease ends, then one retry runs",
+			slog.String("request_id", RequestID(c.r.Context())), slog.Int("status", c.status))
+		return
+	}
 	if panicked || c.p.releases(c.status) {
 		err = c.run.Release(c.r.Context())
 	} else {
@@ -665,6 +672,34 @@ func (c *captureWriter) finish(streaming, panicked bool) {
 	if err != nil {
 		c.p.log.LogAttrs(c.r.Context(), slog.LevelWarn, "idempotency record not finished; duplicates get 409 until its lease ends",
 			slog.String("request_id", RequestID(c.r.Context())), slog.String("error", err.Error()))
+	}
+}
+
+// AbandonRecord marks the idempotency record of the response being
+// written to w, if it has one (IdempotencyGuard, or a Guard with
+// WithTokenRecords), to be left as it is when the handler returns:
+// neither completed nor released, it stays processing until its lease
+// ends (idempotency.Run.Abandon). A handler calls it when it cannot tell
+// whether its work was done, such as a proxy whose upstream timed out
+// after the request was sent: storing the failure would answer every
+// retry with it, and releasing would let a retry run the work again at
+// once. The response the handler writes still reaches the client. It
+// reports whether w had a record; w may wrap the middleware's writer if
+// it has an Unwrap method, as http.ResponseController expects.
+func AbandonRecord(w http.ResponseWriter) bool {
+	for {
+		switch x := w.(type) {
+		case *captureWriter:
+			x.abandoned = true
+			return true
+		case *ginCapture:
+			x.abandoned = true
+			return true
+		case interface{ Unwrap() http.ResponseWriter }:
+			w = x.Unwrap()
+		default:
+			return false
+		}
 	}
 }
 

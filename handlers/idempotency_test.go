@@ -731,6 +731,42 @@ func TestIdempotencyLeaseExpiryLetsOneRetryRun(t *testing.T) {
 	}
 }
 
+func TestIdempotencyAbandonRecord(t *testing.T) {
+	for _, shape := range idemShapes {
+		t.Run(shape.name, func(t *testing.T) {
+			clk := newFakeClock()
+			k := idempotency.New(newRecordStore(t, clk), idempotency.WithClock(clk.Now), idempotency.WithLockTTL(time.Minute))
+			app := &orders{handle: func(w http.ResponseWriter, r *http.Request, run int32) {
+				if run == 1 { // the outcome is unknown: say so, and answer 502
+					if !handlers.AbandonRecord(w) {
+						t.Error("AbandonRecord found no record")
+					}
+					w.WriteHeader(http.StatusBadGateway)
+					return
+				}
+				created(w, r, run)
+			}}
+			h := shape.mount(handlers.NewIdempotencyGuard(k, quiet), app)
+			if w := serve(h, req{}.build()); w.Code != http.StatusBadGateway {
+				t.Fatalf("first = %d, want the handler's 502", w.Code)
+			}
+			if w := serve(h, req{}.build()); w.Code != http.StatusConflict || codeOf(w) != "request_in_progress" {
+				t.Fatalf("duplicate inside the lease = %d %q, want 409 request_in_progress: neither stored nor released", w.Code, codeOf(w))
+			}
+			clk.Advance(time.Minute)
+			if w := serve(h, req{}.build()); w.Code != http.StatusCreated || w.Header().Get(handlers.IdempotentReplayedHeader) != "" {
+				t.Fatalf("retry after the lease = %d, want a fresh 201", w.Code)
+			}
+			if app.runs.Load() != 2 {
+				t.Fatalf("%d runs, want 2", app.runs.Load())
+			}
+		})
+	}
+	if handlers.AbandonRecord(httptest.NewRecorder()) {
+		t.Error("AbandonRecord reported a record for a writer without one")
+	}
+}
+
 func TestIdempotencyStoreFailure(t *testing.T) {
 	closed := memory.New()
 	_ = closed.Close()

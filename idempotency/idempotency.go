@@ -202,7 +202,7 @@ type Run struct {
 // of three things happens:
 //
 //   - this caller is first: run is non-nil, the caller executes and ends
-//     run with Complete or Release;
+//     run with Complete or Release (or Abandon);
 //   - the key's execution has completed: run is nil and stored is its
 //     outcome (with ErrNotStored, and without its body, when the body was
 //     not stored);
@@ -364,6 +364,17 @@ func (k *Keeper) complete(ctx context.Context, key, owner string, out Outcome, n
 func (r *Run) Release(ctx context.Context) error {
 	r.end()
 	return r.k.release(ctx, r.key, r.owner, ErrLeaseLost)
+}
+
+// Abandon stops the heartbeat and leaves the record processing, so that
+// it expires when its lease ends: for an execution whose outcome is
+// unknown (a request to another service timed out, say, and may or may
+// not have been carried out). Storing a failure would answer every retry
+// with it for the whole retention, and releasing would let a retry run
+// the work again at once; abandoned, duplicates get ErrInProgress until
+// the lease ends, and then one retry runs. The store is not called.
+func (r *Run) Abandon() {
+	r.end()
 }
 
 // release deletes owner's processing record under key; notHeld is the
