@@ -601,7 +601,7 @@ func TestUnknownOutcomeAbandonsTheRecord(t *testing.T) {
 				w.WriteHeader(http.StatusCreated)
 				_, _ = io.WriteString(w, "partial")
 				_ = http.NewResponseController(w).Flush() // the status reaches the gateway
-				panic(http.ErrAbortHandler) // the app's server drops the connection
+				panic(http.ErrAbortHandler)               // the app's server drops the connection
 			}
 		}, 0},
 	} {
