@@ -62,6 +62,7 @@ func TestParseFlagsRefusesUnboundedRuns(t *testing.T) {
 		{"empty pool", []string{"-mode", "verify", "-pool", "0"}},
 		{"non-loopback target", []string{"-url", "http://192.168.1.1:8080"}},
 		{"watch without a pid", []string{"-watch", "server"}},
+		{"a relative path for the gateway modes", []string{"-mode", "first", "-path", "orders"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
