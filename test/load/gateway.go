@@ -166,11 +166,15 @@ func (r *runner) nextOrder(want *repeat) ([]byte, string) {
 
 // gatewayReport is "load gateway-report": the Markdown tables of the
 // gateway benchmark from the JSON lines of its load runs (-runs) and,
-// optionally, Go benchmark output (-gobench, comma-separated files).
+// optionally, Go benchmark output (-gobench, comma-separated files). With
+// -app-executions, the app's count of its executions, it checks that the
+// app ran once per new request and once per worker's repeated request,
+// never for a replay, and fails when it did not.
 func gatewayReport(args []string, w io.Writer) error {
 	fs := flag.NewFlagSet("load gateway-report", flag.ContinueOnError)
 	runsFile := fs.String("runs", "", "file of JSON summary lines from load runs")
 	goFiles := fs.String("gobench", "", "comma-separated files of go test -bench output")
+	appRuns := fs.Int64("app-executions", -1, "executions the app counted over every run (GET /_count); -1: not checked")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -197,11 +201,41 @@ func gatewayReport(args []string, w io.Writer) error {
 	writeGatewayTable(&b, mergeRuns(runs))
 	b.WriteString("Every round:\n\n")
 	writeGatewayRounds(&b, runs)
+	var mismatch error
+	if *appRuns >= 0 {
+		want := expectedExecutions(runs)
+		verdict := "as expected"
+		if *appRuns != want {
+			verdict = "MISMATCH"
+			mismatch = fmt.Errorf("the app counted %d executions, want %d", *appRuns, want)
+		}
+		fmt.Fprintf(&b, "App executions: %d counted by the app, %d expected (one per new request, one per worker's repeated request before its timed phase, none for a replay): %s.\n\n", *appRuns, want, verdict)
+	}
 	if len(benches) > 0 {
 		writeGoTable(&b, benches)
 	}
-	_, err = w.Write(b.Bytes())
-	return err
+	if _, err := w.Write(b.Bytes()); err != nil {
+		return err
+	}
+	return mismatch
+}
+
+// expectedExecutions is how often the app must have run for runs: once
+// per request of a mode without repeat, once per prepared request (Pool)
+// of a mode with repeat.
+func expectedExecutions(runs []summary) int64 {
+	var n int64
+	for _, r := range runs {
+		g, ok := gatewayModes[r.Mode]
+		switch {
+		case !ok:
+		case g.repeat:
+			n += int64(r.Pool)
+		default:
+			n += r.Requests
+		}
+	}
+	return n
 }
 
 // gatewayCPUPerOK is the CPU, in µs, that the gateway, the app, Redis,
@@ -271,8 +305,8 @@ func writeGatewayTable(b *bytes.Buffer, all []*merged) {
 			break
 		}
 	}
-	b.WriteString("| request | store | rounds | successes/s (each round) | vs bare | p50 ms | p99 ms | p50 vs bare | p99 vs bare | replayed | errors | CPU µs per success: gateway / app / Redis | all CPU µs per success (+ load, irq) | vs bare by CPU | other processes' share |\n")
-	b.WriteString("|---|---|--:|---|--:|--:|--:|--:|--:|--:|--:|---|--:|--:|--:|\n")
+	b.WriteString("| request | store | rounds | successes/s (each round) | vs bare | vs pass-through | p50 ms | p99 ms | p50 vs bare | p99 vs bare | replayed | errors | CPU µs per success: gateway / app / Redis | all CPU µs per success (+ load, irq) | vs bare by CPU | other processes' share |\n")
+	b.WriteString("|---|---|--:|---|--:|--:|--:|--:|--:|--:|--:|--:|---|--:|--:|--:|\n")
 	for _, m := range ms {
 		var each []string
 		for _, v := range m.roundOKPerS {
@@ -295,8 +329,12 @@ func writeGatewayTable(b *bytes.Buffer, all []*merged) {
 		if c := gatewayCPUPerOK(m); c > 0 {
 			all = fmt.Sprintf("%.0f", c)
 		}
-		fmt.Fprintf(b, "| %s | %s | %d | **%.0f** (%s) | %s | %.2f | %.2f | %s | %s | %d | %d | %s / %s / %s | %s | %s | %s |\n",
-			gatewayModes[m.mode].request, store, m.rounds, m.okPerS, strings.Join(each, ", "), vsBare, m.p50, m.p99, p50, p99,
+		vsPass := "—"
+		if pass := find(ms, m.label, "passthrough"); pass != nil && m.mode != "bare" {
+			vsPass = ratio("%.0f%%", m.okPerS*100, pass.okPerS)
+		}
+		fmt.Fprintf(b, "| %s | %s | %d | **%.0f** (%s) | %s | %s | %.2f | %.2f | %s | %s | %d | %d | %s / %s / %s | %s | %s | %s |\n",
+			gatewayModes[m.mode].request, store, m.rounds, m.okPerS, strings.Join(each, ", "), vsBare, vsPass, m.p50, m.p99, p50, p99,
 			m.replayed, m.bad, usPerOK(m.cpu, "server", m.ok), usPerOK(m.cpu, "app", m.ok), usPerOK(m.cpu, "redis", m.ok), all, byCPU,
 			share(m.cpu, m.seconds, m.numCPU))
 	}

@@ -160,31 +160,43 @@ func TestGatewayReport(t *testing.T) {
 	// executions: one round of 250/s with 3 errors; a non-gateway run
 	// that the report leaves out.
 	lines := []string{
-		`{"kind":"load","label":"memory","mode":"first","duration_s":4,"ok":1000,"ok_per_s":250,"p50_ms":4,"p99_ms":8,"unexpected":3,"statuses":{"201":1000,"409":3}}`,
-		`{"kind":"load","label":"app","mode":"bare","duration_s":5,"ok":5000,"ok_per_s":1000,"p50_ms":1,"p99_ms":2,"latency_hist":{"348":98,"383":2},"cpu_s":{"app":0.5,"load":0.5,"other":0.5},"num_cpu":2,"statuses":{"201":5000}}`,
-		`{"kind":"load","label":"memory","mode":"replay","duration_s":10,"ok":5000,"ok_per_s":500,"p50_ms":2,"p99_ms":3,"replayed":5000,"cpu_s":{"server":2,"app":1,"load":1},"statuses":{"201":5000}}`,
-		`{"kind":"load","label":"app","mode":"bare","duration_s":5,"ok":5000,"ok_per_s":1000,"p50_ms":1,"p99_ms":2,"latency_hist":{"348":98,"383":2},"cpu_s":{"app":0.5,"load":0.5,"other":0.5},"num_cpu":2,"statuses":{"201":5000}}`,
+		`{"kind":"load","label":"memory","mode":"first","duration_s":4,"requests":1003,"ok":1000,"ok_per_s":250,"p50_ms":4,"p99_ms":8,"unexpected":3,"statuses":{"201":1000,"409":3}}`,
+		`{"kind":"load","label":"app","mode":"bare","duration_s":5,"requests":5000,"ok":5000,"ok_per_s":1000,"p50_ms":1,"p99_ms":2,"latency_hist":{"348":98,"383":2},"cpu_s":{"app":0.5,"load":0.5,"other":0.5},"num_cpu":2,"statuses":{"201":5000}}`,
+		`{"kind":"load","label":"memory","mode":"replay","duration_s":10,"pool":64,"requests":5000,"ok":5000,"ok_per_s":500,"p50_ms":2,"p99_ms":3,"replayed":5000,"cpu_s":{"server":2,"app":1,"load":1},"statuses":{"201":5000}}`,
+		`{"kind":"load","label":"app","mode":"bare","duration_s":5,"requests":5000,"ok":5000,"ok_per_s":1000,"p50_ms":1,"p99_ms":2,"latency_hist":{"348":98,"383":2},"cpu_s":{"app":0.5,"load":0.5,"other":0.5},"num_cpu":2,"statuses":{"201":5000}}`,
 		`{"kind":"load","label":"replayguard","mode":"pairs","duration_s":5,"ok":5000,"ok_per_s":1000}`,
+		`{"kind":"load","label":"memory","mode":"passthrough","duration_s":5,"ok":4000,"ok_per_s":800,"requests":4000}`,
 	}
 	if err := os.WriteFile(runs, []byte(strings.Join(lines, "\n")+"\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	// The app ran once per request of bare (2 × 5000), pass-through
+	// (4000) and first (1003), and once per worker before the replays
+	// (64).
+	const executions = 10000 + 4000 + 1003 + 64
 	var out strings.Builder
-	if err := gatewayReport([]string{"-runs", runs}, &out); err != nil {
+	if err := gatewayReport([]string{"-runs", runs, "-app-executions", strconv.Itoa(executions)}, &out); err != nil {
 		t.Fatal(err)
 	}
 	got := out.String()
 	for _, want := range []string{
-		"| bare app (no gateway) | — | 2 | **1000** (1000, 1000) | 100% | 0.99 | 1.99 | 1.00× | 1.00× |",
+		"| bare app (no gateway) | — | 2 | **1000** (1000, 1000) | 100% | — | 0.99 | 1.99 | 1.00× | 1.00× |",
 		"| - / 100 / - | 200 | 1.00× | 5% |",
-		"| idempotency_key: first execution | memory | 1 | **250** (250) | 25% | 4.00 | 8.00 | 4.03× | 4.03× | 0 | 3 |",
-		"| idempotency_key: replay | memory | 1 | **500** (500) | 50% | 2.00 | 3.00 | 2.01× | 1.51× | 5000 | 0 | 400 / 200 / - | 800 | 4.00× |",
+		"| pass-through (unrouted path) | memory | 1 | **800** (800) | 80% | 100% |",
+		"| idempotency_key: first execution | memory | 1 | **250** (250) | 25% | 31% | 4.00 | 8.00 | 4.03× | 4.03× | 0 | 3 |",
+		"| idempotency_key: replay | memory | 1 | **500** (500) | 50% | 62% | 2.00 | 3.00 | 2.01× | 1.51× | 5000 | 0 | 400 / 200 / - | 800 | 4.00× |",
 		"| 2 | — | bare app (no gateway) | 5.0 | 1000 |",
 		"| 1 | memory | idempotency_key: first execution | 4.0 | 250 | 4.00 | 8.00 | 201: 1000, 409: 3 | 0 | 3 |",
 	} {
 		if !strings.Contains(got, want) {
 			t.Errorf("report lacks %q:\n%s", want, got)
 		}
+	}
+	if !strings.Contains(got, "App executions: 15067 counted by the app, 15067 expected") {
+		t.Errorf("report lacks the app's executions:\n%s", got)
+	}
+	if err := gatewayReport([]string{"-runs", runs, "-app-executions", strconv.Itoa(executions + 1)}, io.Discard); err == nil || !strings.Contains(err.Error(), "15068 executions, want 15067") {
+		t.Errorf("one execution too many: gatewayReport = %v, want a mismatch", err)
 	}
 	if strings.Contains(got, "pairs") {
 		t.Errorf("report shows a non-gateway run:\n%s", got)
