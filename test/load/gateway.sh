@@ -38,8 +38,10 @@
 #   ROUNDS=4      rounds of the load runs (4 x 3s = 12s per mode)
 #   WORKERS=64    concurrent workers of each load run
 #   PROFILE=1     afterwards, perf-record the gateway during one more 5s
-#                 run of first and replay on each store and print the top
-#                 symbols; the measured runs are never profiled
+#                 run of passthrough, first, replay and fp-first on
+#                 memory and of first and replay on Redis, print the top
+#                 symbols and the split of the gateway's CPU by category
+#                 (load perfsplit); the measured runs are never profiled
 #   KEEP=1        keep the work directory (logs, JSON lines, report)
 #   GOBENCH=0     skip the Go benchmarks (step 1)
 #   NICE=-10      priority of the run on a shared machine, as in run.sh:
@@ -255,7 +257,7 @@ PLAN=(
 	"redis fp-first $GR_PORT /submit $GRW"
 	"redis fp-replay $GR_PORT /submit $GRW"
 )
-PROFILED=(2 3 7 8)
+PROFILED=(1 2 3 4 7 8)
 
 section load
 RUNS="$WORK/runs.jsonl"
@@ -299,6 +301,7 @@ section report
 if [[ "$PROFILE" == 1 ]]; then
 	section "profile (perf; separate runs, not part of the figures above)"
 	command -v perf >/dev/null 2>&1 || die "perf not found (apt-get install linux-perf)"
+	SPLIT=()
 	for i in "${PROFILED[@]}"; do
 		# shellcheck disable=SC2086 # the plan's fields are words
 		set -- ${PLAN[$i]}
@@ -320,10 +323,16 @@ if [[ "$PROFILE" == 1 ]]; then
 		PIDS+=("$PERF_PID")
 		wait "$LOAD_PID" || true
 		wait "$PERF_PID" || true
+		perf script -i "$file.data" >"$file.txt" 2>/dev/null
+		SPLIT+=("$label:$mode=$file.txt")
 		echo "--- gateway $label $mode: top symbols by inclusive share of the gateway's CPU"
 		perf report -i "$file.data" --children --sort symbol --stdio -g none 2>/dev/null |
 			grep '%' | grep -v '\[k\]' | sed -E 's/ +- +- *$//; s/ +$//' | head -40 || true
 	done
+	# Shares come from the profiles; µs from the measured (unprofiled)
+	# runs' gateway CPU per success, since perf itself slows it down.
+	echo "--- gateway CPU by category (load perfsplit: shares from perf, µs from the measured runs)"
+	"$WORK/load" perfsplit -runs "$RUNS" "${SPLIT[@]}"
 fi
 
 if ((UNCLEAN > 0)); then
