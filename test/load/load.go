@@ -40,16 +40,19 @@ type summary struct {
 	// StoppedBy is "duration", "max-requests", "pool" (verify and redeem
 	// modes: every prepared request was sent) or "signal".
 	StoppedBy string `json:"stopped_by"`
-	// Pool is how many signed requests (verify) or issued tokens (redeem)
-	// were prepared before the timed phase, and PrepareS how long that
-	// took; neither counts in the figures.
+	// Pool is how many signed requests (verify), issued tokens (redeem)
+	// or completed requests (replay and fp-replay: one per worker) were
+	// prepared before the timed phase, and PrepareS how long that took;
+	// neither counts in the figures.
 	Pool     int     `json:"pool,omitempty"`
 	PrepareS float64 `json:"prepare_s,omitempty"`
 	Requests int64   `json:"requests"`
 	ReqPerS  float64 `json:"req_per_s"`
 	// OK counts successes: 201-then-200 pairs, 401 token_invalid answers
 	// to forged tokens, 204 answers, 200 "verified" answers to signed
-	// requests, or 200 answers to redeems of pre-issued tokens.
+	// requests, 200 answers to redeems of pre-issued tokens, or in the
+	// gateway modes 201 answers with a Location, replayed exactly where
+	// the mode wants replays (see gateway.go).
 	OK     int64   `json:"ok"`
 	OKPerS float64 `json:"ok_per_s"`
 	// Latencies over every request (issue and redeem alike), in ms.
@@ -63,6 +66,9 @@ type summary struct {
 	Hist map[string]int64 `json:"latency_hist"`
 	// Non2xx counts answers outside 200-299 (all of them in forged mode,
 	// by design); Status5xx those of 500 and above.
+	// Replayed counts answers with Idempotent-Replayed: true (gateway
+	// modes: every answer in replay and fp-replay, none in the others).
+	Replayed   int64            `json:"replayed,omitempty"`
 	Non2xx     int64            `json:"non_2xx"`
 	Status5xx  int64            `json:"status_5xx"`
 	Statuses   map[string]int64 `json:"statuses"`
@@ -139,6 +145,7 @@ func newClient(workers int, timeout time.Duration) *http.Client {
 type tally struct {
 	lat        []time.Duration
 	ok         int64
+	replayed   int64
 	statuses   map[int]int64
 	transport  int64
 	unexpected int64
@@ -162,6 +169,12 @@ type runner struct {
 	capped   atomic.Bool  // the budget ran out
 	forged   []string
 	next     atomic.Uint64
+	// gateway modes: runID makes this run's keys and bodies unique, and
+	// repeats holds each worker's request, completed before the timed
+	// phase; workerSeq hands them out.
+	runID     string
+	repeats   []repeat
+	workerSeq atomic.Int64
 	// pool holds the prepared request bodies (verify) or tokens (redeem),
 	// each sent once; drained is set when a worker found none left.
 	bodies  [][]byte
@@ -195,6 +208,12 @@ func (r *runner) take(ctx context.Context, n int64) bool {
 // the status and body. It records the request's latency, and its status
 // or transport error, in t.
 func (r *runner) do(ctx context.Context, t *tally, path string, header, value string, body []byte) (int, []byte, bool) {
+	st, _, answer, ok := r.send(ctx, t, path, header, value, body)
+	return st, answer, ok
+}
+
+// send is do that returns the answer's headers too.
+func (r *runner) send(ctx context.Context, t *tally, path string, header, value string, body []byte) (int, http.Header, []byte, bool) {
 	var rd io.Reader
 	if body != nil {
 		rd = bytes.NewReader(body)
@@ -202,7 +221,7 @@ func (r *runner) do(ctx context.Context, t *tally, path string, header, value st
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, r.base+path, rd)
 	if err != nil {
 		t.fail("building request: %v", err)
-		return 0, nil, false
+		return 0, nil, nil, false
 	}
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
@@ -219,7 +238,7 @@ func (r *runner) do(ctx context.Context, t *tally, path string, header, value st
 				t.firstErr = err.Error()
 			}
 		}
-		return 0, nil, false
+		return 0, nil, nil, false
 	}
 	answer, err := io.ReadAll(resp.Body)
 	resp.Body.Close()
@@ -230,9 +249,9 @@ func (r *runner) do(ctx context.Context, t *tally, path string, header, value st
 		if t.firstErr == "" {
 			t.firstErr = "reading body: " + err.Error()
 		}
-		return 0, nil, false
+		return 0, nil, nil, false
 	}
-	return resp.StatusCode, answer, true
+	return resp.StatusCode, resp.Header, answer, true
 }
 
 func (r *runner) pairs(ctx context.Context, t *tally) {
@@ -403,6 +422,11 @@ func run(ctx context.Context, cfg *config) (*summary, error) {
 			return nil, err
 		}
 	}
+	if _, ok := gatewayModes[cfg.mode]; ok {
+		if err := r.prepareGateway(ctx); err != nil {
+			return nil, err
+		}
+	}
 	prepare := time.Since(prepStart)
 	r.budget.Store(cfg.maxRequests)
 	loop := map[string]func(context.Context, *tally){
@@ -412,6 +436,9 @@ func run(ctx context.Context, cfg *config) (*summary, error) {
 		"verify": r.verify,
 		"redeem": r.redeemLoop,
 	}[cfg.mode]
+	if _, ok := gatewayModes[cfg.mode]; ok {
+		loop = r.gatewayLoop
+	}
 
 	// Requests still in flight at the deadline finish (within -timeout);
 	// no new one starts after it.
@@ -444,6 +471,9 @@ func run(ctx context.Context, cfg *config) (*summary, error) {
 	if cfg.mode == "verify" || cfg.mode == "redeem" {
 		s.Pool, s.PrepareS = cfg.pool, prepare.Seconds()
 	}
+	if len(r.repeats) > 0 {
+		s.Pool, s.PrepareS = len(r.repeats), prepare.Seconds()
+	}
 	switch {
 	case ctx.Err() != nil:
 		s.StoppedBy = "signal"
@@ -456,6 +486,7 @@ func run(ctx context.Context, cfg *config) (*summary, error) {
 	for _, t := range tallies {
 		lat = append(lat, t.lat...)
 		s.OK += t.ok
+		s.Replayed += t.replayed
 		s.Transport += t.transport
 		s.Unexpected += t.unexpected
 		if s.FirstError == "" {
@@ -563,7 +594,7 @@ func writeSummary(w io.Writer, jsonFile string, s *summary) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s %s: %d workers, %.2fs (stopped by %s)\n", s.Label, modeName(s), s.Workers, s.DurationS, s.StoppedBy)
 	if s.Pool > 0 {
-		fmt.Fprintf(&b, "  prepared %d %s in %.2fs before the timed phase\n", s.Pool, map[string]string{"verify": "signed requests", "redeem": "issued tokens"}[s.Mode], s.PrepareS)
+		fmt.Fprintf(&b, "  prepared %d %s in %.2fs before the timed phase\n", s.Pool, map[string]string{"verify": "signed requests", "redeem": "issued tokens", "replay": "completed keys", "fp-replay": "completed bodies"}[s.Mode], s.PrepareS)
 	}
 	what := map[string]string{
 		"pairs":  "pairs (201 then 200)",
@@ -572,10 +603,13 @@ func writeSummary(w io.Writer, jsonFile string, s *summary) error {
 		"verify": "signed requests verified (200 verified)",
 		"redeem": "pre-issued tokens redeemed (200)",
 	}[s.Mode]
+	if g, ok := gatewayModes[s.Mode]; ok {
+		what = g.what
+	}
 	fmt.Fprintf(&b, "  %-42s %10d  %10.0f/s\n", what, s.OK, s.OKPerS)
 	fmt.Fprintf(&b, "  %-42s %10d  %10.0f/s\n", "requests", s.Requests, s.ReqPerS)
 	fmt.Fprintf(&b, "  latency ms: p50 %.3f  p90 %.3f  p99 %.3f  p99.9 %.3f  max %.3f\n", s.P50Ms, s.P90Ms, s.P99Ms, s.P999Ms, s.MaxMs)
-	fmt.Fprintf(&b, "  statuses %v  non-2xx %d  5xx %d  transport errors %d  unexpected %d\n", s.Statuses, s.Non2xx, s.Status5xx, s.Transport, s.Unexpected)
+	fmt.Fprintf(&b, "  statuses %v  replayed %d  non-2xx %d  5xx %d  transport errors %d  unexpected %d\n", s.Statuses, s.Replayed, s.Non2xx, s.Status5xx, s.Transport, s.Unexpected)
 	if len(s.CPUS) > 0 {
 		fmt.Fprintf(&b, "  cpu seconds %v\n", roundMap(s.CPUS))
 	}

@@ -27,6 +27,24 @@
 //	        (-pool of them, at -issue-path), each once: redemption alone,
 //	        for the baseline's GETDEL route. Only 200 counts.
 //
+// Gateway modes, for gateway.sh (see gateway.go): each POSTs -path
+// (default /orders) with a small JSON order and counts only 201 answers
+// with a Location header, as the app in ./app gives them.
+//
+//	bare         new orders, sent to the app itself.
+//	passthrough  the same, sent to the gateway on a path no route matches.
+//	first        the same with a fresh Idempotency-Key on each, for an
+//	             idempotency_key route: every answer must be a first
+//	             execution (no Idempotent-Replayed).
+//	replay       each worker completes one keyed request before the timed
+//	             phase and then repeats it: every answer must be its
+//	             replay (Idempotent-Replayed: true, the same Location and
+//	             body).
+//	fp-first     new orders (each body its own) without a key, for a
+//	             fingerprint route: no answer may be a replay.
+//	fp-replay    as replay, without a key: the repeated body is the key,
+//	             on a fingerprint route whose window outlasts the run.
+//
 // A run is bounded by -duration and by -max-requests, whichever comes
 // first, and stops by itself. Only loopback targets are accepted, and the
 // dialer refuses any address outside the loopback range.
@@ -37,10 +55,12 @@
 //
 // "load report" turns the JSON lines of several runs plus Go and
 // redis-benchmark output into the Markdown tables of BENCHMARKS.md (see
-// report.go), "load clientkeys" prints the REPLAYGUARD_CLIENT_KEYS file of
-// the fixed test keys verify mode signs with, and "load perfsplit" splits a server's perf profile into
-// categories of CPU time (see perfsplit.go). run.sh runs the whole
-// comparison.
+// report.go), "load gateway-report" does the same for the gateway modes
+// (see gateway.go), "load clientkeys" prints the REPLAYGUARD_CLIENT_KEYS
+// file of the fixed test keys verify mode signs with, and "load
+// perfsplit" splits a server's perf profile into categories of CPU time
+// (see perfsplit.go). run.sh runs the whole comparison, gateway.sh the
+// gateway's.
 package main
 
 import (
@@ -51,13 +71,14 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 )
 
 func main() {
 	if len(os.Args) > 1 {
-		sub := map[string]func([]string, io.Writer) error{"report": report, "perfsplit": perfSplitCmd, "clientkeys": clientKeysCmd}[os.Args[1]]
+		sub := map[string]func([]string, io.Writer) error{"report": report, "gateway-report": gatewayReport, "perfsplit": perfSplitCmd, "clientkeys": clientKeysCmd}[os.Args[1]]
 		if sub != nil {
 			if err := sub(os.Args[2:], os.Stdout); err != nil {
 				fmt.Fprintf(os.Stderr, "load %s: %v\n", os.Args[1], err)
@@ -119,6 +140,7 @@ type config struct {
 	alg         string
 	keyID       string
 	pool        int
+	path        string
 
 	watch     string
 	jsonFile  string
@@ -130,7 +152,7 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs := flag.NewFlagSet("load", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.StringVar(&c.url, "url", "http://127.0.0.1:8080", "base URL of the server (loopback only)")
-	fs.StringVar(&c.mode, "mode", "pairs", "pairs, forged, noop, verify or redeem")
+	fs.StringVar(&c.mode, "mode", "pairs", "pairs, forged, noop, verify or redeem; for the gateway: bare, passthrough, first, replay, fp-first or fp-replay")
 	fs.StringVar(&c.label, "label", "", "name of the target in the summary (default: the URL's host)")
 	fs.IntVar(&c.workers, "workers", 64, "concurrent workers, each with at most one request in flight")
 	fs.DurationVar(&c.duration, "duration", 10*time.Second, "how long to run (at most 10m)")
@@ -148,6 +170,7 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs.StringVar(&c.alg, "alg", "hmac", "algorithm of -mode verify: hmac (hmac-sha256) or ed25519")
 	fs.StringVar(&c.keyID, "keyid", "", "key ID of -mode verify (default: bench for hmac, bench-ed for ed25519)")
 	fs.IntVar(&c.pool, "pool", 50_000, "requests prepared before the timed phase in -mode verify (signed) and redeem (issued); each is sent once")
+	fs.StringVar(&c.path, "path", "/orders", "path the gateway modes POST to")
 	fs.StringVar(&c.watch, "watch", "", "name:pid,... processes whose CPU time to report (Linux /proc)")
 	fs.StringVar(&c.jsonFile, "json", "", "also append the JSON summary line to this file")
 	fs.StringVar(&c.readyFile, "ready-file", "", "create this file when the timed phase starts, after the preparation (for scripts that profile the server during the run)")
@@ -157,10 +180,14 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
-	switch c.mode {
-	case "pairs", "forged", "noop", "verify", "redeem":
+	switch _, gw := gatewayModes[c.mode]; {
+	case gw:
+	case c.mode == "pairs", c.mode == "forged", c.mode == "noop", c.mode == "verify", c.mode == "redeem":
 	default:
-		return nil, fmt.Errorf("-mode %q: want pairs, forged, noop, verify or redeem", c.mode)
+		return nil, fmt.Errorf("-mode %q: want pairs, forged, noop, verify, redeem, bare, passthrough, first, replay, fp-first or fp-replay", c.mode)
+	}
+	if !strings.HasPrefix(c.path, "/") {
+		return nil, fmt.Errorf("-path %q: want an absolute path", c.path)
 	}
 	if _, ok := verifyAlgs[c.alg]; !ok {
 		return nil, fmt.Errorf("-alg %q: want hmac or ed25519", c.alg)

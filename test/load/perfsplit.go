@@ -47,6 +47,15 @@ var categories = []category{
 	{"sonyflake IDs", true, anyPrefix("github.com/sony/sonyflake")},
 	{"metrics (metrics, prometheus)", true, anyPrefix("github.com/prometheus/", rg+"metrics.(*Metrics)", rg+"metrics.(*instrumented).done")},
 	{"Redis client (store/redis, go-redis, its socket syscalls)", true, anyPrefix("github.com/redis/go-redis/", rg+"store/redis.")},
+	// The gateway (gateway.sh). Proxying runs inside an idempotency
+	// record's handler, and the Transport's read and write loops in
+	// goroutines of their own, so it looks at every frame and comes before
+	// the records; the records look at every frame too, for their lease
+	// heartbeat's goroutine, and so take whatever else a guarded request
+	// does below the guard (buffering, capture, replay writes).
+	{"upstream proxying (gateway forward, httputil, net/http Transport, its socket syscalls)", false, anyPrefix(rg+"gateway.(*Gateway).forward", "net/http/httputil.", "net/http.(*Transport)", "net/http.(*persistConn)", "net/http.persistConnWriter")},
+	{"request fingerprint (handlers fingerprint: canonical body, SHA-256)", true, anyPrefix(rg+"handlers.fingerprint", rg+"handlers.canonical")},
+	{"idempotency records (handlers IdempotencyGuard, idempotency, memory store records)", false, anyPrefix(rg+"handlers.(*IdempotencyGuard)", rg+"handlers.(*captureWriter)", rg+"handlers.bufferBody", rg+"handlers.writeStored", rg+"idempotency.", rg+"store/memory.(*Store).Acquire", rg+"store/memory.(*Store).update", rg+"store/memory.(*Store).Renew", rg+"store/memory.(*Store).Complete", rg+"store/memory.(*Store).Release")},
 	{"signature verification (replay, httpsfv, its crypto)", true, anyPrefix(rg+"replay.", "github.com/dunglas/httpsfv.")},
 	{"JWT sign / verify (token, golang-jwt, crypto)", true, anyPrefix("github.com/golang-jwt/", "github.com/goccy/go-json", rg+"token.(*Service).sign", rg+"token.(*Service).Parse", rg+"token.validMAC", rg+"token.(*macPool)", rg+"token.(*Service).decodeClaims", "crypto/")},
 	{"problem answers (handlers WriteProblem, ProblemFor)", true, anyPrefix(rg+"handlers.WriteProblem", rg+"handlers.ProblemFor", rg+"handlers.fail")},

@@ -129,6 +129,7 @@ type merged struct {
 	non2xx      int64
 	status5xx   int64
 	bad         int64 // transport errors and unexpected answers
+	replayed    int64 // answers with Idempotent-Replayed: true
 	drained     int   // rounds that ended because the prepared requests ran out
 	// Latencies in ms: exact for one round, from the merged histograms
 	// (within 2%) for several; max is exact.
@@ -162,6 +163,7 @@ func mergeRuns(runs []summary) []*merged {
 		m.non2xx += r.Non2xx
 		m.status5xx += r.Status5xx
 		m.bad += r.Transport + r.Unexpected
+		m.replayed += r.Replayed
 		m.max = math.Max(m.max, r.MaxMs)
 		for name, v := range r.CPUS {
 			m.cpu[name] += v
