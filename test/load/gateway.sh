@@ -55,21 +55,11 @@ cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 exec </dev/null
 
 NICE=${NICE:--10}
-if [[ "$NICE" != 0 && -z "${REPLAYGUARD_LOAD_SESSION:-}" ]] && command -v setsid >/dev/null 2>&1; then
-	REPLAYGUARD_LOAD_SESSION=1 setsid -w bash test/load/gateway.sh &
-	inner=$!
-	trap 'kill -TERM "$inner" 2>/dev/null' INT TERM
-	rc=0
-	wait "$inner" || rc=$?
-	# A signal interrupts the first wait: wait again for the cleanup.
-	while kill -0 "$inner" 2>/dev/null; do wait "$inner" || rc=$?; done
-	exit "$rc"
-fi
-if [[ -n "${REPLAYGUARD_LOAD_SESSION:-}" ]]; then
-	if ! echo "$NICE" 2>/dev/null >/proc/self/autogroup; then
-		echo "gateway.sh: cannot set this session's autogroup niceness to $NICE" >&2
-	fi
-fi
+SCRIPT=test/load/gateway.sh
+TOOLS="go redis-server redis-cli curl"
+# shellcheck source=test/load/lib.sh
+. test/load/lib.sh
+load_session "$@"
 
 DURATION=${DURATION:-3s}
 ROUNDS=${ROUNDS:-4}
@@ -78,80 +68,7 @@ PROFILE=${PROFILE:-0}
 KEEP=${KEEP:-0}
 GOBENCH=${GOBENCH:-1}
 
-section() { printf '\n== %s\n' "$*"; }
-die() { printf 'gateway.sh: FAIL: %s\n' "$*" >&2; exit 1; }
-
-if ! command -v go >/dev/null 2>&1; then
-	export PATH="/usr/local/go/bin:$PATH"
-fi
-for tool in go redis-server redis-cli curl; do
-	command -v "$tool" >/dev/null 2>&1 || die "$tool not found (redis tools: apt-get install redis-server redis-tools)"
-done
-
-if [[ "$(nice -n "$NICE" nice 2>/dev/null)" != "$(($(nice) + NICE))" ]]; then
-	echo "gateway.sh: cannot run at niceness $NICE here; running at the default" >&2
-	NICE=0
-fi
-# N runs a command at the run's niceness. Background processes are started
-# as "nice -n "$NICE" cmd &" instead, so that $! is the process itself.
-N() { nice -n "$NICE" "$@"; }
-
-WORK=$(mktemp -d /tmp/replayguard-gateway-XXXXXX)
-PIDS=()
-cleanup() {
-	local rc=$? pid i
-	set +e
-	for pid in ${PIDS[@]+"${PIDS[@]}"}; do
-		kill "$pid" 2>/dev/null
-	done
-	for pid in ${PIDS[@]+"${PIDS[@]}"}; do
-		for ((i = 0; i < 100; i++)); do
-			kill -0 "$pid" 2>/dev/null || break
-			sleep 0.1
-		done
-		kill -0 "$pid" 2>/dev/null && kill -9 "$pid" 2>/dev/null
-		wait "$pid" 2>/dev/null
-	done
-	if [[ "$KEEP" == 1 ]]; then
-		echo "kept $WORK"
-	else
-		rm -rf "$WORK"
-	fi
-	exit "$rc"
-}
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
-
-# free_port sets FREE_PORT to a loopback port that is free now and that it
-# has not handed out before.
-USED_PORTS=" "
-free_port() {
-	local p
-	for _ in $(seq 1 200); do
-		p=$((20000 + RANDOM % 25000))
-		[[ "$USED_PORTS" == *" $p "* ]] && continue
-		if (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
-			continue
-		fi
-		USED_PORTS+="$p "
-		FREE_PORT=$p
-		return 0
-	done
-	return 1
-}
-
-# wait_http URL WANT PID: wait up to 10s for GET URL to answer WANT.
-wait_http() {
-	local url=$1 want=$2 pid=$3 got
-	for _ in $(seq 1 100); do
-		kill -0 "$pid" 2>/dev/null || return 1
-		got=$(curl -s -o /dev/null -w '%{http_code}' "$url" || true)
-		[[ "$got" == "$want" ]] && return 0
-		sleep 0.1
-	done
-	return 1
-}
+load_setup
 
 section machine
 echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
@@ -230,9 +147,9 @@ gateway memory "$GM_PORT"
 GM_PID=$GW_PID
 gateway redis "$GR_PORT" REPLAYGUARD_REDIS_URL="redis://127.0.0.1:$REDIS_PORT/0"
 GR_PID=$GW_PID
-wait_http "http://127.0.0.1:$APP_PORT/_count" 200 "$APP_PID" || die "the app did not start: $(tail -5 "$WORK/app.log")"
-wait_http "http://127.0.0.1:$GM_PORT/readyz" 200 "$GM_PID" || die "the memory gateway did not get ready: $(tail -5 "$WORK/gateway-memory.log")"
-wait_http "http://127.0.0.1:$GR_PORT/readyz" 200 "$GR_PID" || die "the Redis gateway did not get ready: $(tail -5 "$WORK/gateway-redis.log")"
+wait_http "http://127.0.0.1:$APP_PORT/_count" GET 200 "$APP_PID" || die "the app did not start: $(tail -5 "$WORK/app.log")"
+wait_http "http://127.0.0.1:$GM_PORT/readyz" GET 200 "$GM_PID" || die "the memory gateway did not get ready: $(tail -5 "$WORK/gateway-memory.log")"
+wait_http "http://127.0.0.1:$GR_PORT/readyz" GET 200 "$GR_PID" || die "the Redis gateway did not get ready: $(tail -5 "$WORK/gateway-redis.log")"
 echo "app            on 127.0.0.1:$APP_PORT (pid $APP_PID)"
 echo "gateway memory on 127.0.0.1:$GM_PORT (pid $GM_PID): the embedded memory store"
 echo "gateway redis  on 127.0.0.1:$GR_PORT (pid $GR_PID): Redis db 0"

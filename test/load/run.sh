@@ -54,21 +54,11 @@ cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 exec </dev/null
 
 NICE=${NICE:--10}
-if [[ "$NICE" != 0 && -z "${REPLAYGUARD_LOAD_SESSION:-}" ]] && command -v setsid >/dev/null 2>&1; then
-	REPLAYGUARD_LOAD_SESSION=1 setsid -w bash test/load/run.sh &
-	inner=$!
-	trap 'kill -TERM "$inner" 2>/dev/null' INT TERM
-	rc=0
-	wait "$inner" || rc=$?
-	# A signal interrupts the first wait: wait again for the cleanup.
-	while kill -0 "$inner" 2>/dev/null; do wait "$inner" || rc=$?; done
-	exit "$rc"
-fi
-if [[ -n "${REPLAYGUARD_LOAD_SESSION:-}" ]]; then
-	if ! echo "$NICE" 2>/dev/null >/proc/self/autogroup; then
-		echo "run.sh: cannot set this session's autogroup niceness to $NICE" >&2
-	fi
-fi
+SCRIPT=test/load/run.sh
+TOOLS="go redis-server redis-cli redis-benchmark curl"
+# shellcheck source=test/load/lib.sh
+. test/load/lib.sh
+load_session "$@"
 
 DURATION=${DURATION:-2.5s}
 ROUNDS=${ROUNDS:-4}
@@ -80,80 +70,7 @@ KEEP=${KEEP:-0}
 REV=${REV:-}
 VARIANTS=${VARIANTS:-1}
 
-section() { printf '\n== %s\n' "$*"; }
-die() { printf 'run.sh: FAIL: %s\n' "$*" >&2; exit 1; }
-
-if ! command -v go >/dev/null 2>&1; then
-	export PATH="/usr/local/go/bin:$PATH"
-fi
-for tool in go redis-server redis-cli redis-benchmark curl; do
-	command -v "$tool" >/dev/null 2>&1 || die "$tool not found (redis tools: apt-get install redis-server redis-tools)"
-done
-
-if [[ "$(nice -n "$NICE" nice 2>/dev/null)" != "$(($(nice) + NICE))" ]]; then
-	echo "run.sh: cannot run at niceness $NICE here; running at the default" >&2
-	NICE=0
-fi
-# N runs a command at the run's niceness. Background processes are started
-# as "nice -n "$NICE" cmd &" instead, so that $! is the process itself.
-N() { nice -n "$NICE" "$@"; }
-
-WORK=$(mktemp -d /tmp/replayguard-load-XXXXXX)
-PIDS=()
-cleanup() {
-	local rc=$? pid i
-	set +e
-	for pid in ${PIDS[@]+"${PIDS[@]}"}; do
-		kill "$pid" 2>/dev/null
-	done
-	for pid in ${PIDS[@]+"${PIDS[@]}"}; do
-		for ((i = 0; i < 100; i++)); do
-			kill -0 "$pid" 2>/dev/null || break
-			sleep 0.1
-		done
-		kill -0 "$pid" 2>/dev/null && kill -9 "$pid" 2>/dev/null
-		wait "$pid" 2>/dev/null
-	done
-	if [[ "$KEEP" == 1 ]]; then
-		echo "kept $WORK"
-	else
-		rm -rf "$WORK"
-	fi
-	exit "$rc"
-}
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
-
-# free_port sets FREE_PORT to a loopback port that is free now and that it
-# has not handed out before.
-USED_PORTS=" "
-free_port() {
-	local p
-	for _ in $(seq 1 200); do
-		p=$((20000 + RANDOM % 25000))
-		[[ "$USED_PORTS" == *" $p "* ]] && continue
-		if (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
-			continue
-		fi
-		USED_PORTS+="$p "
-		FREE_PORT=$p
-		return 0
-	done
-	return 1
-}
-
-# wait_http URL METHOD WANT PID: wait up to 10s for URL to answer WANT.
-wait_http() {
-	local url=$1 method=$2 want=$3 pid=$4 got
-	for _ in $(seq 1 100); do
-		kill -0 "$pid" 2>/dev/null || return 1
-		got=$(curl -s -o /dev/null -w '%{http_code}' -X "$method" "$url" || true)
-		[[ "$got" == "$want" ]] && return 0
-		sleep 0.1
-	done
-	return 1
-}
+load_setup
 
 section machine
 echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
@@ -244,7 +161,8 @@ rcli flushall >/dev/null
 rb -n 200000 -r 100000 -q SET 'rb:{__rand_int__}' x NX EX 300 >/dev/null
 SHA=$(rcli script load "$(cat store/redis/redeem.lua)")
 before=$(rcli dbsize)
-rb -n 200000 -r 100000 -q EVALSHA "$SHA" 1 'rb:{__rand_int__}' x x
+# KEYS[2] is the token's record key, which no token here has.
+rb -n 200000 -r 100000 -q EVALSHA "$SHA" 2 'rb:{__rand_int__}' 'rb:{__rand_int__}t' x x
 after=$(rcli dbsize)
 echo "# EVALSHA runs store/redis/redeem.lua (sha $SHA): $((before - after)) of 200000 calls redeemed a key ($before keys before), the rest found none" | tee -a "$RB"
 echo "# redis-benchmark: 50 clients, no pipelining; -r 100000 random keys" | tee -a "$RB"

@@ -1,0 +1,113 @@
+# lib.sh: the setup run.sh and gateway.sh share. Source it from the
+# repository root after setting SCRIPT (the script's path from there, such
+# as test/load/run.sh), NICE, KEEP and TOOLS (the commands it needs):
+#
+#	load_session "$@"   # re-runs the script in a session of its own at NICE
+#	load_setup          # tools, niceness, WORK, PIDS, cleanup on exit
+#
+# Then section, die, N, free_port and wait_http are defined, WORK is a
+# fresh temp dir (kept with KEEP=1) and every pid added to PIDS is stopped
+# on exit, pass or fail.
+
+section() { printf '\n== %s\n' "$*"; }
+die() { printf '%s: FAIL: %s\n' "${SCRIPT##*/}" "$*" >&2; exit 1; }
+
+# load_session re-runs SCRIPT in a session of its own (setsid) whose
+# autogroup niceness is NICE, and exits with its status; inside that
+# session it sets the niceness and returns. NICE=0 turns it off.
+load_session() {
+	if [[ "$NICE" != 0 && -z "${REPLAYGUARD_LOAD_SESSION:-}" ]] && command -v setsid >/dev/null 2>&1; then
+		REPLAYGUARD_LOAD_SESSION=1 setsid -w bash "$SCRIPT" "$@" &
+		local inner=$! rc=0
+		trap 'kill -TERM "$inner" 2>/dev/null' INT TERM
+		wait "$inner" || rc=$?
+		# A signal interrupts the first wait: wait again for the cleanup.
+		while kill -0 "$inner" 2>/dev/null; do wait "$inner" || rc=$?; done
+		exit "$rc"
+	fi
+	if [[ -n "${REPLAYGUARD_LOAD_SESSION:-}" ]]; then
+		if ! echo "$NICE" 2>/dev/null >/proc/self/autogroup; then
+			echo "${SCRIPT##*/}: cannot set this session's autogroup niceness to $NICE" >&2
+		fi
+	fi
+}
+
+# N runs a command at the run's niceness. Background processes are started
+# as "nice -n "$NICE" cmd &" instead, so that $! is the process itself.
+N() { nice -n "$NICE" "$@"; }
+
+PIDS=()
+cleanup() {
+	local rc=$? pid i
+	set +e
+	for pid in ${PIDS[@]+"${PIDS[@]}"}; do
+		kill "$pid" 2>/dev/null
+	done
+	for pid in ${PIDS[@]+"${PIDS[@]}"}; do
+		for ((i = 0; i < 100; i++)); do
+			kill -0 "$pid" 2>/dev/null || break
+			sleep 0.1
+		done
+		kill -0 "$pid" 2>/dev/null && kill -9 "$pid" 2>/dev/null
+		wait "$pid" 2>/dev/null
+	done
+	if [[ -n "${WORK:-}" ]]; then
+		if [[ "$KEEP" == 1 ]]; then
+			echo "kept $WORK"
+		else
+			rm -rf "$WORK"
+		fi
+	fi
+	exit "$rc"
+}
+
+# load_setup checks TOOLS, falls back to niceness 0 where NICE cannot be
+# had, makes WORK and installs the cleanup.
+load_setup() {
+	local tool
+	if ! command -v go >/dev/null 2>&1; then
+		export PATH="/usr/local/go/bin:$PATH"
+	fi
+	for tool in $TOOLS; do
+		command -v "$tool" >/dev/null 2>&1 || die "$tool not found (redis tools: apt-get install redis-server redis-tools)"
+	done
+	if [[ "$(nice -n "$NICE" nice 2>/dev/null)" != "$(($(nice) + NICE))" ]]; then
+		echo "${SCRIPT##*/}: cannot run at niceness $NICE here; running at the default" >&2
+		NICE=0
+	fi
+	local name=${SCRIPT##*/}
+	WORK=$(mktemp -d "/tmp/replayguard-${name%.sh}-XXXXXX")
+	trap cleanup EXIT
+	trap 'exit 130' INT
+	trap 'exit 143' TERM
+}
+
+# free_port sets FREE_PORT to a loopback port that is free now and that it
+# has not handed out before.
+USED_PORTS=" "
+free_port() {
+	local p
+	for _ in $(seq 1 200); do
+		p=$((20000 + RANDOM % 25000))
+		[[ "$USED_PORTS" == *" $p "* ]] && continue
+		if (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
+			continue
+		fi
+		USED_PORTS+="$p "
+		FREE_PORT=$p
+		return 0
+	done
+	return 1
+}
+
+# wait_http URL METHOD WANT PID: wait up to 10s for URL to answer WANT.
+wait_http() {
+	local url=$1 method=$2 want=$3 pid=$4 got
+	for _ in $(seq 1 100); do
+		kill -0 "$pid" 2>/dev/null || return 1
+		got=$(curl -s -o /dev/null -w '%{http_code}' -X "$method" "$url" || true)
+		[[ "$got" == "$want" ]] && return 0
+		sleep 0.1
+	done
+	return 1
+}
