@@ -47,6 +47,7 @@ type config struct {
 	Routes          []gateway.Route
 	RedisURL        *goredis.Options
 	RedisCluster    []string
+	RedisClusterURL *goredis.ClusterOptions
 	KeyPrefix       string
 	StoreTimeout    time.Duration
 	MemoryMax       int
@@ -55,6 +56,22 @@ type config struct {
 	TrustedProxies  []string
 	LogLevel        slog.Level
 	ShutdownTimeout time.Duration
+}
+
+// redisSettings lists the Redis settings c has, of which one at most may
+// be set.
+func redisSettings(c *config) []string {
+	var set []string
+	if c.RedisURL != nil {
+		set = append(set, "REPLAYGUARD_REDIS_URL")
+	}
+	if len(c.RedisCluster) > 0 {
+		set = append(set, "REPLAYGUARD_REDIS_CLUSTER_ADDRS")
+	}
+	if c.RedisClusterURL != nil {
+		set = append(set, "REPLAYGUARD_REDIS_CLUSTER_URL")
+	}
+	return set
 }
 
 // setting is one configuration variable and the flag that mirrors it.
@@ -168,6 +185,18 @@ var settings = []setting{
 			}
 			return nil
 		}},
+	{"REPLAYGUARD_REDIS_CLUSTER_URL", "redis-cluster-url", "", "redis:// or rediss:// URL of a Redis Cluster seed, with more seeds as addr= parameters", true,
+		func(c *config, v string) error {
+			if v == "" {
+				return nil
+			}
+			o, err := goredis.ParseClusterURL(v)
+			if err != nil {
+				return errors.New("must be a redis:// or rediss:// URL such as redis://:password@10.0.0.1:7000?addr=10.0.0.2:7000") // the URL may hold a password
+			}
+			c.RedisClusterURL = o
+			return nil
+		}},
 	{"REPLAYGUARD_KEY_PREFIX", "key-prefix", "rg:", "prefix of every Redis key", false,
 		func(c *config, v string) error {
 			if v == "" || strings.ContainsAny(v, "{}") {
@@ -271,8 +300,8 @@ func loadConfig(args []string, getenv func(string) string) (*config, error) {
 			return nil, fmt.Errorf("%s: %w", from, err)
 		}
 	}
-	if c.RedisURL != nil && len(c.RedisCluster) > 0 {
-		return nil, errors.New("REPLAYGUARD_REDIS_URL and REPLAYGUARD_REDIS_CLUSTER_ADDRS are both set: choose one")
+	if set := redisSettings(c); len(set) > 1 {
+		return nil, fmt.Errorf("%s are all set: choose one", strings.Join(set, " and "))
 	}
 	if c.TokenMaxTTL < token.MinTTL {
 		return nil, fmt.Errorf("REPLAYGUARD_TOKEN_MAX_TTL: must be at least %v", token.MinTTL)

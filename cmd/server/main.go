@@ -279,14 +279,16 @@ func openStore(ctx context.Context, cfg *config, log *slog.Logger) (store.Store,
 		o.DialTimeout, o.ReadTimeout, o.WriteTimeout, o.PoolTimeout = cfg.StoreTimeout, cfg.StoreTimeout, cfg.StoreTimeout, cfg.StoreTimeout
 		client = goredis.NewClient(o)
 		log.Info("store: redis", "addr", o.Addr, "db", o.DB, "tls", o.TLSConfig != nil)
-	case len(cfg.RedisCluster) > 0:
+	case len(cfg.RedisCluster) > 0 || cfg.RedisClusterURL != nil:
+		o := cfg.RedisClusterURL
+		if o == nil {
+			o = &goredis.ClusterOptions{Addrs: cfg.RedisCluster}
+		}
 		t := cfg.StoreTimeout
-		client = goredis.NewClusterClient(&goredis.ClusterOptions{
-			Addrs:                 cfg.RedisCluster,
-			ContextTimeoutEnabled: true,
-			DialTimeout:           t, ReadTimeout: t, WriteTimeout: t, PoolTimeout: t,
-		})
-		log.Info("store: redis cluster", "seeds", cfg.RedisCluster)
+		o.ContextTimeoutEnabled = true
+		o.DialTimeout, o.ReadTimeout, o.WriteTimeout, o.PoolTimeout = t, t, t, t
+		client = goredis.NewClusterClient(o)
+		log.Info("store: redis cluster", "seeds", o.Addrs, "tls", o.TLSConfig != nil)
 	default:
 		log.Warn("store: embedded memory: single instance only; tokens are lost on restart and not shared with other instances; set REPLAYGUARD_REDIS_URL to scale out",
 			"max_entries", cfg.MemoryMax)

@@ -9,11 +9,14 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/replayguard/replayguard/internal/testenv"
 )
 
 // TestMain lets the tests run this binary's main as a subprocess.
@@ -197,11 +200,14 @@ func TestBadConfigurationExitsNonZero(t *testing.T) {
 		{"bad duration", "REPLAYGUARD_TOKEN_TTL=5 minutes", "REPLAYGUARD_TOKEN_TTL"},
 		{"malformed redis URL", "REPLAYGUARD_REDIS_URL=http://nope", "REPLAYGUARD_REDIS_URL"},
 		{"bad rate", "REPLAYGUARD_ISSUE_RATE=lots", "REPLAYGUARD_ISSUE_RATE"},
+		{"malformed cluster URL", "REPLAYGUARD_REDIS_CLUSTER_URL=redis://:hunter2-cluster@10.0.0.1:7000?nosuch=1", "REPLAYGUARD_REDIS_CLUSTER_URL"},
+		{"two Redis settings", "REPLAYGUARD_REDIS_CLUSTER_URL=redis://10.0.0.1:7000 REPLAYGUARD_REDIS_CLUSTER_ADDRS=10.0.0.1:7000", "choose one"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			cmd := exec.Command(os.Args[0])
-			cmd.Env = append(os.Environ(), "REPLAYGUARD_TEST_RUN_MAIN=1", "REPLAYGUARD_ADDR=127.0.0.1:0", tc.env)
+			cmd.Env = append(os.Environ(), "REPLAYGUARD_TEST_RUN_MAIN=1", "REPLAYGUARD_ADDR=127.0.0.1:0")
+			cmd.Env = append(cmd.Env, strings.Fields(tc.env)...)
 			out, err := cmd.CombinedOutput()
 			var ee *exec.ExitError
 			if !errors.As(err, &ee) || ee.ExitCode() == 0 {
@@ -210,10 +216,54 @@ func TestBadConfigurationExitsNonZero(t *testing.T) {
 			if !strings.Contains(string(out), tc.want) {
 				t.Fatalf("message does not name %s: %s", tc.want, out)
 			}
+			if strings.Contains(string(out), "hunter2") {
+				t.Fatalf("the message reveals the password: %s", out)
+			}
 			if !json.Valid(bytes.TrimSpace(out)) {
 				t.Fatalf("output is not one JSON line: %s", out)
 			}
 		})
+	}
+}
+
+// TestClusterURL runs the server on the test cluster given as one
+// REPLAYGUARD_REDIS_CLUSTER_URL, seeds as addr= parameters.
+func TestClusterURL(t *testing.T) {
+	addrs := strings.Split(testenv.Var(t, "REPLAYGUARD_TEST_REDIS_CLUSTER_ADDRS"), ",")
+	u := "redis://" + strings.TrimSpace(addrs[0])
+	for i, a := range addrs[1:] {
+		sep := "&"
+		if i == 0 {
+			sep = "?"
+		}
+		u += sep + "addr=" + strings.TrimSpace(a)
+	}
+	_, addr, out := server(t, "REPLAYGUARD_REDIS_CLUSTER_URL="+u, "REPLAYGUARD_STORE_TIMEOUT=5s",
+		"REPLAYGUARD_KEY_PREFIX=rg-test-clusterurl-"+strconv.FormatInt(time.Now().UnixNano(), 36)+":")
+	if rec := out.waitForLog(t, 0, "store: redis cluster"); rec["tls"] != false {
+		t.Fatalf("log = %v", rec)
+	}
+	resp, err := http.Post("http://"+addr+"/v1/tokens", "application/json", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var is struct{ Token string }
+	err = json.NewDecoder(resp.Body).Decode(&is)
+	resp.Body.Close()
+	if err != nil || resp.StatusCode != http.StatusCreated {
+		t.Fatalf("issue = %d, %v", resp.StatusCode, err)
+	}
+	for i, want := range []int{http.StatusOK, http.StatusConflict} {
+		req, _ := http.NewRequest("POST", "http://"+addr+"/v1/tokens/redeem", nil)
+		req.Header.Set("Idempotency-Token", is.Token)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != want {
+			t.Fatalf("redeem %d = %d, want %d", i+1, resp.StatusCode, want)
+		}
 	}
 }
 
@@ -231,5 +281,34 @@ func TestRedisDownAtStartIsNotFatal(t *testing.T) {
 		if resp.StatusCode != http.StatusServiceUnavailable {
 			t.Fatalf("%s %s = %d, want 503", c.method, c.path, resp.StatusCode)
 		}
+	}
+}
+
+func TestClusterURLSettings(t *testing.T) {
+	dir := t.TempDir()
+	file := dir + "/cluster-url"
+	if err := os.WriteFile(file, []byte("rediss://app:s3cret@10.0.0.1:7000?addr=10.0.0.2:7000&addr=10.0.0.3:7000\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ name, key, value string }{
+		{"from the variable", "REPLAYGUARD_REDIS_CLUSTER_URL", "rediss://app:s3cret@10.0.0.1:7000?addr=10.0.0.2:7000&addr=10.0.0.3:7000"},
+		{"from its file", "REPLAYGUARD_REDIS_CLUSTER_URL_FILE", file},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := loadConfig(nil, func(k string) string {
+				if k == tc.key {
+					return tc.value
+				}
+				return ""
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			o := c.RedisClusterURL
+			if o == nil || o.Username != "app" || o.Password != "s3cret" || o.TLSConfig == nil ||
+				strings.Join(o.Addrs, ",") != "10.0.0.1:7000,10.0.0.2:7000,10.0.0.3:7000" {
+				t.Fatalf("cluster options = %+v", o)
+			}
+		})
 	}
 }
