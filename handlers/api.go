@@ -188,6 +188,7 @@ func (a *API) Register(r gin.IRoutes) {
 
 func fail(c *gin.Context, err error) {
 	c.Abort()
+	_ = c.Error(err) // the request log names the cause of a 5xx
 	WriteProblem(c.Writer, c.Request, err)
 }
 
@@ -268,6 +269,10 @@ type redeemResponse struct {
 	Subject string `json:"subject"`
 	// Response is the recorded response, on "replayed" answers only.
 	Response *recordedResponse `json:"response,omitempty"`
+	// LeaseExpiresAt is when the record a "record": true redemption opened
+	// stops blocking duplicates, RFC 3339 UTC: complete or release it
+	// before then. Not renewed; set on that answer only.
+	LeaseExpiresAt string `json:"lease_expires_at,omitempty"`
 }
 
 // recordedResponse is a backend's response as the API stores and replays
@@ -317,7 +322,7 @@ func (a *API) redeem(c *gin.Context) {
 			fail(c, err)
 			return
 		}
-		a.redeemed(c, claims)
+		a.redeemed(c, claims, time.Time{})
 		return
 	}
 	claims, expired, err := checkForRecord(a.tokens, tok, body.Purpose, body.Subject)
@@ -326,9 +331,11 @@ func (a *API) redeem(c *gin.Context) {
 		fail(c, err)
 		return
 	}
-	owner := ""
+	owner, leaseEnd := "", time.Time{}
 	if body.Record && !expired {
-		owner = apiOwner(claims.ID)
+		// Taken before the store computes its own from a later now, so
+		// the time told is never past the record's real lease.
+		owner, leaseEnd = apiOwner(claims.ID), a.keeper.Now().Add(a.keeper.LockTTL())
 	}
 	stored, res, err := a.keeper.OpenToken(c.Request.Context(), claims.ID, store.Token{Purpose: claims.Purpose, Subject: claims.Subject}, owner)
 	if err == nil && res == store.Recorded {
@@ -345,18 +352,26 @@ func (a *API) redeem(c *gin.Context) {
 		fail(c, err)
 		return
 	}
-	a.redeemed(c, claims)
+	a.redeemed(c, claims, leaseEnd)
 }
 
-// redeemed answers a redemption that succeeded.
-func (a *API) redeemed(c *gin.Context, claims token.Claims) {
+// redeemed answers a redemption that succeeded; leaseEnd is the end of
+// the record it opened, zero for none.
+func (a *API) redeemed(c *gin.Context, claims token.Claims, leaseEnd time.Time) {
 	a.metrics.Redemption("redeemed")
 	c.Header("Cache-Control", "no-store")
-	c.JSON(http.StatusOK, redeemResponse{Status: "redeemed", ID: claims.ID, Purpose: claims.Purpose, Subject: claims.Subject})
+	resp := redeemResponse{Status: "redeemed", ID: claims.ID, Purpose: claims.Purpose, Subject: claims.Subject}
+	if !leaseEnd.IsZero() {
+		resp.LeaseExpiresAt = leaseEnd.UTC().Truncate(time.Second).Format(time.RFC3339)
+	}
+	c.JSON(http.StatusOK, resp)
 }
 
 // apiOwner is the owner of the records the API opens: deterministic from
-// the token's ID, since /complete and /release carry only the token.
+// the token's ID, since /complete and /release carry only the token. So
+// when a backend outlives its lease and a duplicate reopens the record,
+// the first backend's late complete or release lands on the reopened
+// record; the README tells backends to finish within lease_expires_at.
 func apiOwner(id string) string { return "api:" + id }
 
 // responseOf is the API's form of a stored outcome: header values joined

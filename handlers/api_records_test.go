@@ -62,6 +62,7 @@ type apiEnv struct {
 	srv     *httptest.Server
 	svc     *token.Service
 	m       *metrics.Metrics
+	keeper  *idempotency.Keeper
 	advance func(time.Duration)
 }
 
@@ -82,7 +83,7 @@ func newAPIEnv(t *testing.T, open func(t *testing.T) (store.Store, func() time.T
 	}
 	srv := httptest.NewServer(e)
 	t.Cleanup(srv.Close)
-	return apiEnv{t: t, srv: srv, svc: svc, m: m, advance: advance}
+	return apiEnv{t: t, srv: srv, svc: svc, m: m, keeper: k, advance: advance}
 }
 
 // apiAnswer is a decoded answer of the API.
@@ -340,15 +341,24 @@ func TestAPITokenRecords(t *testing.T) {
 func TestAPITokenRecordsReplayIsExact(t *testing.T) {
 	e := newAPIEnv(t, apiStores[0].open, nil)
 	is := e.issue("checkout", 0)
-	if got := e.post("/v1/tokens/redeem", map[string]any{"token": is.Token, "purpose": "checkout", "record": true}, false); got.jsonStatus != "redeemed" {
+	before := e.keeper.Now()
+	got := e.post("/v1/tokens/redeem", map[string]any{"token": is.Token, "purpose": "checkout", "record": true}, false)
+	var opened struct {
+		LeaseExpiresAt time.Time `json:"lease_expires_at"`
+	}
+	if got.jsonStatus != "redeemed" || json.Unmarshal(got.raw, &opened) != nil {
 		t.Fatalf("redeem: %d %s", got.status, got.raw)
+	}
+	// The lease end told is whole seconds, never past the record's lease.
+	if lo, hi := before.Add(e.keeper.LockTTL()-time.Second), e.keeper.Now().Add(e.keeper.LockTTL()); opened.LeaseExpiresAt.Before(lo) || opened.LeaseExpiresAt.After(hi) {
+		t.Fatalf("lease_expires_at = %v, want within [%v, %v]", opened.LeaseExpiresAt, lo, hi)
 	}
 	body := []byte{0, 1, 2, 0xfe, 0xff, 'o', 'k'}
 	resp := map[string]any{"status": 303, "headers": map[string]string{"Location": "/orders/7"}, "body": base64.StdEncoding.EncodeToString(body)}
 	if got := e.post("/v1/tokens/complete", map[string]any{"token": is.Token, "response": resp}, false); got.status != 204 || len(got.raw) != 0 {
 		t.Fatalf("complete: %d %s", got.status, got.raw)
 	}
-	got := e.post("/v1/tokens/redeem", map[string]any{"token": is.Token, "purpose": "checkout"}, false)
+	got = e.post("/v1/tokens/redeem", map[string]any{"token": is.Token, "purpose": "checkout"}, false)
 	want := fmt.Sprintf(`{"status":"replayed","id":%q,"purpose":"checkout","subject":"","response":{"status":303,"headers":{"Location":"/orders/7"},"body":"AAEC/v9vaw=="}}`, is.ID)
 	if strings.TrimSpace(string(got.raw)) != want {
 		t.Fatalf("replay = %s\nwant     %s", got.raw, want)

@@ -69,5 +69,6 @@ func (a *API) forwardAuthFail(c *gin.Context, err error) {
 	p.Status = forwardAuthStatus(p)
 	c.Header(ProblemCodeHeader, p.Code)
 	c.Abort()
+	_ = c.Error(err) // the request log names the cause of a 5xx
 	writeProblem(c.Writer, err, p)
 }

@@ -114,10 +114,7 @@ func logRequests(log *slog.Logger) gin.HandlerFunc {
 		c.Next()
 		status := c.Writer.Status()
 		level := slog.LevelInfo
-		if status >= 500 {
-			level = slog.LevelError
-		}
-		log.LogAttrs(c.Request.Context(), level, "request",
+		attrs := [8]slog.Attr{
 			slog.String("request_id", RequestID(c.Request.Context())),
 			slog.String("method", c.Request.Method),
 			slog.String("path", c.Request.URL.Path),
@@ -125,7 +122,18 @@ func logRequests(log *slog.Logger) gin.HandlerFunc {
 			slog.Float64("duration_ms", float64(time.Since(start).Microseconds())/1000),
 			slog.String("client_ip", c.ClientIP()),
 			slog.Int("bytes", c.Writer.Size()),
-		)
+		}
+		n := 7
+		if status >= 500 {
+			level = slog.LevelError
+			// The cause, which the problem body never carries for a 5xx
+			// (a store's address, say): store and library errors hold no
+			// secrets.
+			if e := c.Errors.Last(); e != nil {
+				attrs[n], n = slog.String("error", e.Error()), n+1
+			}
+		}
+		log.LogAttrs(c.Request.Context(), level, "request", attrs[:n]...)
 	}
 }
 

@@ -164,6 +164,10 @@ func (k *Keeper) MaxBody() int { return k.maxBody }
 // LockTTL returns the lease of a processing record.
 func (k *Keeper) LockTTL() time.Duration { return k.lockTTL }
 
+// Now returns the time on the Keeper's clock (WithClock), from which its
+// leases and retentions run.
+func (k *Keeper) Now() time.Time { return k.now() }
+
 // Retention returns how long a completed record is kept.
 func (k *Keeper) Retention() time.Duration { return k.retention }
 
