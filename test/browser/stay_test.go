@@ -79,13 +79,14 @@ func (f *fixture) wantWasBusy(clicked int, label string) {
 	}
 }
 
-// waitExports waits until the shop has answered n exports.
-func (f *fixture) waitExports(n int) {
+// waitExportPosts waits until the shop has answered n export POSTs,
+// refused or not; its count of exports is then final for them.
+func (f *fixture) waitExportPosts(n int) {
 	f.t.Helper()
-	f.waitFor(fmt.Sprintf("%d exports", n), func() bool { return f.app.Stats().Exports >= n })
+	f.waitFor(fmt.Sprintf("%d export POSTs answered", n), func() bool { return f.app.Stats().ExportPosts >= n })
 }
 
-// wantExports checks the shop's counts of export POSTs received and of
+// wantExports checks the shop's counts of export POSTs answered and of
 // exports answered. As each token is redeemed once, equal counts mean
 // every POST carried a token of its own.
 func (f *fixture) wantExports(posts, exports int) {
@@ -199,7 +200,7 @@ func TestSubmissionToAnotherWindowLeavesFormUsable(t *testing.T) {
 			first := f.formState(shop.ExportFormID).Token
 
 			f.clickTwice(exportButton("html"), doubleClickGap)
-			f.waitExports(1)
+			f.waitExportPosts(1)
 			f.waitUsable(shop.ExportFormID)
 
 			f.wantWasBusy(1, "Opening…")
@@ -209,7 +210,7 @@ func TestSubmissionToAnotherWindowLeavesFormUsable(t *testing.T) {
 			}
 
 			f.click(exportButton("html"))
-			f.waitExports(2)
+			f.waitExportPosts(2)
 			f.waitUsable(shop.ExportFormID)
 			f.wantExports(2, 2) // the second submission carried a fresh token
 			f.wantExportFormUsable()
@@ -250,6 +251,7 @@ func TestDownloadLeavesFormUsable(t *testing.T) {
 
 			f.clickTwice(exportButton("csv"), doubleClickGap)
 			f.waitDownloads(downloads, 1)
+			f.waitExportPosts(1)
 			f.waitUsable(shop.ExportFormID)
 
 			f.wantWasBusy(0, "Exporting…")
@@ -260,6 +262,7 @@ func TestDownloadLeavesFormUsable(t *testing.T) {
 
 			f.click(exportButton("csv"))
 			files := f.waitDownloads(downloads, 2)
+			f.waitExportPosts(2)
 			f.waitUsable(shop.ExportFormID)
 			f.wantExports(2, 2)
 			for i, b := range files {
@@ -300,8 +303,43 @@ func TestUnmarkedDownloadWaitsForReset(t *testing.T) {
 	}
 	f.click(exportButton("csv"))
 	f.waitDownloads(downloads, 2)
+	f.waitExportPosts(2)
 	f.wantExports(2, 2)
 	if got := f.app.Stats().TokenRequests; got != 1 {
 		t.Errorf("the SDK asked for %d tokens, want 1 (for the submission after reset)", got)
+	}
+}
+
+func TestSpentTokenStaysSpentAfterBack(t *testing.T) {
+	cases := []struct {
+		name    string
+		browser *chromium
+	}{
+		// The page comes back as it was left: its input is empty, and
+		// history.state names the spent token, which must not come back.
+		{"back/forward cache", chromiumBrowser},
+		// The page comes back from the HTTP cache with the server-rendered
+		// token in its input, the one Print spent; history.state says so.
+		{"HTTP cache", noBFCacheBrowser},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			f := newFixtureIn(t, c.browser, shop.Options{})
+			f.open("/orders", "#"+shop.ExportFormID)
+			f.click(exportButton("html"))
+			f.waitExportPosts(1)
+			f.waitUsable(shop.ExportFormID)
+
+			f.open("/", "#"+shop.FormID)
+			f.back()
+			f.waitPage("/orders", "#"+shop.ExportFormID)
+			f.waitUsable(shop.ExportFormID)
+			f.click(exportButton("html"))
+			f.waitExportPosts(2)
+			f.wantExports(2, 2) // not refused as a duplicate
+			if got := f.app.Stats().TokenRequests; got != 1 {
+				t.Errorf("the SDK asked for %d tokens, want 1 (for the submission after Back)", got)
+			}
+		})
 	}
 }
