@@ -13,6 +13,13 @@ export interface ReplayGuardConfig {
   credentials: RequestCredentials;
   /** Retries of ReplayGuard.fetch after a network failure, with the same token. Default 3. */
   retries: number;
+  /**
+   * Milliseconds the submit controls stay disabled after a submission that
+   * does not leave the page: one to another window or frame (target or
+   * formtarget "_blank", a window's or an iframe's name), or one marked
+   * data-replayguard-download. Default 1000: a double click is swallowed.
+   */
+  guard: number;
 }
 
 /** Why a token could not be had: the detail of replayguard:error. */
@@ -39,11 +46,20 @@ export interface ReplayGuardStatic {
    * replayguard:submit-end. Resolves to undefined when nothing was sent.
    */
   submit(form: HTMLFormElement, submitter?: HTMLElement | null): Promise<Response | undefined>;
+  /**
+   * Makes form ready for a new submission after one that did not leave the
+   * page (the SDK cannot see a download that was not marked
+   * data-replayguard-download, or a 204): re-enables the submit controls the
+   * SDK disabled and discards the form's token, so the next submission
+   * carries a fresh one.
+   */
+  reset(form: HTMLFormElement): void;
   /** Pure helpers, exported for tests. Not part of the stable API. */
   readonly _: {
     backoff(n: number, jitter?: number): number;
     failure(status: number): ReplayGuardFailure;
     expiry(token: string): number;
+    unloads(target: string | null, own: string): boolean;
   };
 }
 

@@ -7,10 +7,11 @@
 (function (g) {
   /**
    * @typedef {{endpoint: string, field: string, header: string,
-   *   credentials: RequestCredentials, retries: number}} Config
+   *   credentials: RequestCredentials, retries: number, guard: number}} Config
    * @typedef {{reason: 'network' | 'rate_limited' | 'server', status: number}} Failure
-   * @typedef {{t: string, u?: 1}} Saved a form's token and whether it was submitted
-   * @typedef {{busy?: boolean, pending?: Promise<string>}} FormState
+   * @typedef {{t: string, u?: 1, x?: 1}} Saved a form's token; u: the form
+   *   submitted it; x: a submission that stayed on the page spent it
+   * @typedef {{busy?: boolean, pending?: Promise<string>, timer?: number}} FormState
    */
 
   /** @type {Config} */
@@ -27,7 +28,11 @@
     credentials: 'same-origin',
     // How often ReplayGuard.fetch retries, with the same token, when the
     // network fails before any response arrives.
-    retries: 3
+    retries: 3,
+    // Milliseconds the submit controls stay disabled after a submission
+    // that does not leave the page (to another window or frame, or
+    // answered with a download): long enough to swallow a double click.
+    guard: 1000
   };
   var doc = g.document;
   var PREFIX = 'replayguard:';
@@ -151,16 +156,26 @@
 
   /**
    * Remembers form's token in the hidden input and in history.state.
+   * mark 'u': this form instance submitted it, so a resubmission (after
+   * Back, say) must carry it again and reach the server as the duplicate
+   * it is. mark 'x': a submission that stayed on the page spent
+   * it; the input is emptied and the token is never used again (not even
+   * when an HTTP-cached copy of the page renders it), so the next
+   * submission gets a fresh one.
    * @param {HTMLFormElement} form
    * @param {string} tok
-   * @param {boolean} [used]
+   * @param {'u' | 'x'} [mark]
    */
-  function keep(form, tok, used) {
+  function keep(form, tok, mark) {
     var input = field(form);
-    if (input) input.value = tok;
-    else hidden(form, cfg.field, tok);
+    var v = mark == 'x' ? '' : tok;
+    if (input) input.value = v;
+    else hidden(form, cfg.field, v);
     var all = saved();
-    all[key(form)] = used ? { t: tok, u: 1 } : { t: tok };
+    /** @type {Saved} */
+    var s = { t: tok };
+    if (mark) s[mark] = 1;
+    all[key(form)] = s;
     try {
       g.history.replaceState(Object.assign({}, g.history.state, { replayguard: all }), '');
     } catch (e) { /* history unavailable (sandboxed frame): the input still holds it */ }
@@ -172,7 +187,8 @@
    * restored from the back/forward cache), else an unsubmitted one
    * history.state kept, else a fresh one. An unsubmitted token that has expired is
    * replaced; a submitted one is kept, so a resubmission reaches the server
-   * as the duplicate it is.
+   * as the duplicate it is; one spent by a submission that stayed on the
+   * page is replaced.
    * @param {HTMLFormElement} form
    * @returns {Promise<string>}
    */
@@ -184,8 +200,9 @@
     // when Back or Reload fetched the page again, the server rendered a
     // fresh token, but it is still the same form instance.
     var tok = (s && s.u && s.t) || (input && input.value) || (s && s.t);
+    if (s && s.x && s.t == tok) tok = '';
     if (tok && ((s && s.t == tok && s.u) || expiry(tok) > Date.now() + 5000)) {
-      if (!input || input.value != tok) keep(form, tok, s && s.t == tok && !!s.u);
+      if (!input || input.value != tok) keep(form, tok, s && s.t == tok && s.u ? 'u' : undefined);
       return Promise.resolve(tok);
     }
     if (!st.pending) {
@@ -227,8 +244,10 @@
    * @param {HTMLFormElement} form
    */
   function enable(form) {
+    var st = state(form);
+    clearTimeout(st.timer);
     form.removeAttribute('aria-busy');
-    state(form).busy = false;
+    st.busy = false;
     // form.elements includes submit buttons outside the form (form="id").
     [].forEach.call(form.elements, function (/** @type {HTMLButtonElement | HTMLInputElement} */ el) {
       if (!el.hasAttribute(MARK)) return;
@@ -256,7 +275,7 @@
     st.busy = true;
     disable(form);
     return formToken(form).then(function (tok) {
-      keep(form, tok, true);
+      keep(form, tok, 'u');
       return tok;
     }, function (/** @type {Failure} */ f) {
       enable(form);
@@ -273,6 +292,30 @@
    */
   function attr(form, sub, name) {
     return (sub && sub.getAttribute('form' + name)) || form.getAttribute(name);
+  }
+
+  /**
+   * Whether a form submitted to target (the submitter's formtarget, else
+   * the form's target, else the page's base target) replaces this page:
+   * no target, _self, _parent and _top (this frame or one around it) and
+   * this window's own name do; _blank and any other name (another tab,
+   * window or iframe) do not. Keywords are case-insensitive, names not.
+   * @param {string | null} target
+   * @param {string} own this window's name
+   */
+  function unloads(target, own) {
+    return !target || /^_(self|parent|top)$/i.test(target) || target == own;
+  }
+
+  /**
+   * Marks the token form carries as spent by a submission that stayed on
+   * the page: the next submission gets a fresh one.
+   * @param {HTMLFormElement} form
+   */
+  function spend(form) {
+    var input = field(form);
+    var s = saved()[key(form)];
+    keep(form, (input && input.value) || (s && s.t) || '', 'x');
   }
 
   /**
@@ -371,8 +414,10 @@
     });
   }
 
+  // Typed with the published declarations, so the two cannot drift apart.
+  /** @type {import('./replayguard').ReplayGuardStatic} */
   var ReplayGuard = {
-    version: '1.0.0',
+    version: '1.1.0',
     /**
      * Changes the configuration; returns the configuration in force.
      * @param {Partial<Config>} [opts]
@@ -383,8 +428,18 @@
     token: token,
     fetch: rgFetch,
     submit: submit,
+    /**
+     * Makes form ready for a new submission after one that did not leave
+     * the page: re-enables the controls the SDK disabled and discards the
+     * form's token, so the next submission carries a fresh one.
+     * @param {HTMLFormElement} form
+     */
+    reset: function (form) {
+      spend(form);
+      enable(form);
+    },
     /** Pure helpers, exported for tests. */
-    _: { backoff: backoff, failure: failure, expiry: expiry }
+    _: { backoff: backoff, failure: failure, expiry: expiry, unloads: unloads }
   };
   g.ReplayGuard = ReplayGuard;
 
@@ -406,7 +461,21 @@
     e.preventDefault();
     var sub = /** @type {SubmitEvent} */ (e).submitter;
     begin(form, sub).then(function (tok) {
-      if (tok) navigate(form, sub);
+      if (!tok) return;
+      navigate(form, sub);
+      // A submission to another window or frame, or one whose answer is a
+      // download (data-replayguard-download on the form or the button),
+      // leaves this page as it is: no pageshow will re-enable the
+      // controls, and the token is spent. The form drops it at once (its
+      // next submission fetches a fresh one) and gets its controls back
+      // after cfg.guard ms, which still swallows a double click.
+      var base = doc.querySelector('base[target]');
+      var dl = 'data-replayguard-download';
+      if (!unloads(attr(form, sub, 'target') || (base && base.getAttribute('target')), g.name) ||
+          form.hasAttribute(dl) || (sub && sub.hasAttribute(dl))) {
+        spend(form);
+        state(form).timer = setTimeout(enable, cfg.guard, form);
+      }
     });
   });
   // Back/forward cache: the page is back as it was left, submit controls

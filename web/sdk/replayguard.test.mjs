@@ -5,7 +5,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import ReplayGuard, { ReplayGuard as named } from './replayguard.mjs';
 
-const { backoff, failure, expiry } = ReplayGuard._;
+const { backoff, failure, expiry, unloads } = ReplayGuard._;
 
 test('the module entry exports the object the classic script defines', () => {
   assert.equal(ReplayGuard, globalThis.ReplayGuard);
@@ -33,9 +33,30 @@ test('expiry reads exp from a JWT, base64url included, and 0 from garbage', () =
   }
 });
 
+test('unloads tells a submission that replaces this page from one that goes to another window or frame', () => {
+  const cases = [
+    // [target, this window's name, replaces this page]
+    [null, '', true, 'no target attribute'],
+    ['', '', true, 'an empty target'],
+    ['_self', '', true, '_self'],
+    ['_SELF', '', true, 'keywords are case-insensitive'],
+    ['_parent', '', true, '_parent navigates a frame around this one, or this window'],
+    ['_top', 'inner', true, '_top navigates the whole tab'],
+    ['checkout', 'checkout', true, "this window's own name"],
+    ['_blank', '', false, '_blank opens a new tab'],
+    ['_Blank', '', false, '_blank in any case'],
+    ['invoice', '', false, 'a named window or iframe'],
+    ['Checkout', 'checkout', false, 'names are case-sensitive'],
+    ['_new', '', false, 'an unknown keyword is a name: a new window'],
+  ];
+  for (const [target, own, want, why] of cases) {
+    assert.equal(unloads(target, own), want, why);
+  }
+});
+
 test('configure merges and returns the configuration in force', () => {
   const before = { ...ReplayGuard.configure() };
-  assert.deepEqual(before, { endpoint: '/v1/tokens', field: 'idempotency_token', header: 'Idempotency-Token', credentials: 'same-origin', retries: 3 });
+  assert.deepEqual(before, { endpoint: '/v1/tokens', field: 'idempotency_token', header: 'Idempotency-Token', credentials: 'same-origin', retries: 3, guard: 1000 });
   assert.equal(ReplayGuard.configure({ endpoint: 'https://rg.example/v1/tokens' }).endpoint, 'https://rg.example/v1/tokens');
   ReplayGuard.configure(before);
 });

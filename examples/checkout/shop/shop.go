@@ -10,8 +10,9 @@
 //	GET  /               the order form, with a server-rendered token (works without JavaScript)
 //	GET  /fetch-demo     the same form, sent with ReplayGuard.submit (fetch)
 //	POST /orders         places an order; 303 to /orders/{id}
-//	GET  /orders         the orders placed
+//	GET  /orders         the orders placed, and a form that exports them
 //	GET  /orders/{id}    one order
+//	POST /exports        the orders as a CSV download (format=csv) or a page to print (format=html)
 //	GET  /stats          {"orders":N,"posts":M,"token_requests":K}, for tests
 //	POST /v1/tokens, POST /v1/tokens/redeem and GET /sdk/*: the token API and the SDK
 package shop
@@ -19,6 +20,7 @@ package shop
 import (
 	"context"
 	"embed"
+	"encoding/csv"
 	"errors"
 	"fmt"
 	"html/template"
@@ -39,6 +41,10 @@ import (
 // Purpose is what the order form's tokens are issued and redeemed for.
 const Purpose = "checkout"
 
+// ExportPurpose is what the export form's tokens are issued and redeemed
+// for.
+const ExportPurpose = "export"
+
 // MaxQuantity is the most items one order may ask for.
 const MaxQuantity = 10
 
@@ -47,6 +53,15 @@ const (
 	FormID      = "order"
 	FetchFormID = "fetch-order"
 )
+
+// ExportFormID is the id of the export form on /orders. Its buttons
+// submit without leaving the page: "Download CSV" (format=csv, marked
+// data-replayguard-download) answers with an attachment, and "Print"
+// (format=html, formtarget="_blank") opens the list in a new tab.
+const ExportFormID = "export"
+
+// exportsPath is where the export form posts.
+const exportsPath = "/exports"
 
 //go:embed pages.html
 var pageFiles embed.FS
@@ -94,6 +109,12 @@ type Stats struct {
 	Posts int `json:"posts"`
 	// TokenRequests is the number of POST /v1/tokens requests received.
 	TokenRequests int `json:"token_requests"`
+	// ExportPosts is the number of POST /exports requests answered,
+	// refused or not. It counts a request once its answer is written (to
+	// the server's buffer), so a test that sees it has seen Exports too.
+	ExportPosts int `json:"export_posts"`
+	// Exports is the number of exports answered: one per token.
+	Exports int `json:"exports"`
 }
 
 // Options configure the shop. The zero value is a working shop.
@@ -215,7 +236,11 @@ func (a *App) routes() http.Handler {
 	r.POST("/orders", func(c *gin.Context) {
 		a.count(func(s *Stats) { s.Posts++ })
 	}, a.check, a.guard.RequireToken(Purpose), a.place)
-	r.GET("/orders", func(c *gin.Context) { c.HTML(http.StatusOK, "orders", a.Orders()) })
+	r.GET("/orders", a.ordersPage)
+	r.POST(exportsPath, func(c *gin.Context) {
+		c.Next()
+		a.count(func(s *Stats) { s.ExportPosts++ })
+	}, a.guard.RequireToken(ExportPurpose), a.export)
 	r.GET("/orders/:id", a.show)
 	r.GET("/stats", func(c *gin.Context) {
 		c.Header("Cache-Control", "no-store")
@@ -229,6 +254,50 @@ func (a *App) count(f func(*Stats)) {
 	a.mu.Lock()
 	f(&a.stats)
 	a.mu.Unlock()
+}
+
+// ordersData fills the "orders" template.
+type ordersData struct {
+	Orders []Order
+	Field  template.HTML // the export form's token
+	SRI    string
+}
+
+// ordersPage lists the orders, with an export form that carries a fresh
+// token (unless Options.NoServerToken).
+func (a *App) ordersPage(c *gin.Context) {
+	d := ordersData{Orders: a.Orders(), SRI: sdk.SRI}
+	if !a.noField {
+		field, err := a.guard.Field(c.Request, ExportPurpose)
+		if err != nil {
+			handlers.WriteProblem(c.Writer, c.Request, err)
+			return
+		}
+		d.Field = field
+	}
+	c.Header("Cache-Control", a.formCC)
+	c.HTML(http.StatusOK, "orders", d)
+}
+
+// export answers an export request, once per token (RequireToken has
+// redeemed it): format=csv downloads the orders as orders.csv, anything
+// else shows them on a page to print.
+func (a *App) export(c *gin.Context) {
+	orders := a.Orders()
+	a.count(func(s *Stats) { s.Exports++ })
+	c.Header("Cache-Control", "no-store")
+	if c.PostForm("format") != "csv" {
+		c.HTML(http.StatusOK, "print", orders)
+		return
+	}
+	c.Header("Content-Disposition", `attachment; filename="orders.csv"`)
+	c.Header("Content-Type", "text/csv; charset=utf-8")
+	w := csv.NewWriter(c.Writer)
+	_ = w.Write([]string{"id", "name", "item", "quantity", "shipping", "total"})
+	for _, o := range orders {
+		_ = w.Write([]string{strconv.Itoa(o.ID), o.Name, o.ItemName, strconv.Itoa(o.Quantity), o.Shipping, strconv.Itoa(o.Total)})
+	}
+	w.Flush()
 }
 
 // formData fills the "orderform" template.
@@ -387,6 +456,12 @@ func (a *App) refused(w http.ResponseWriter, r *http.Request) {
 	reason := handlers.FailureReason(r)
 	p := refusal{Title: "Please reload the form", Again: "Reload the order form"}
 	switch {
+	case errors.Is(reason, token.ErrUsed) && r.URL.Path == exportsPath:
+		p = refusal{
+			Title:   "This export was already sent",
+			Message: "This form was already sent once. Reload the list of orders to export it again.",
+			Again:   "Place an order",
+		}
 	case errors.Is(reason, token.ErrUsed):
 		p = refusal{
 			Title:   "This order was already placed",

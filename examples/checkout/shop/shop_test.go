@@ -212,3 +212,61 @@ func TestHoldDelaysTheOrder(t *testing.T) {
 		t.Errorf("after release: %d orders, want 1", got)
 	}
 }
+
+var exportToken = regexp.MustCompile(`<form method="post" action="/exports" id="export" data-replayguard="export">\s*<input type="hidden" name="idempotency_token" value="([^"]+)"`)
+
+func TestExports(t *testing.T) {
+	app := newShop(t, shop.Options{})
+	if w := post(app, order(formToken(t, app), "express"), ""); w.Code != http.StatusSeeOther {
+		t.Fatalf("placing an order: %d", w.Code)
+	}
+	page := get(app, "/orders")
+	m := exportToken.FindStringSubmatch(page.Body.String())
+	if page.Code != http.StatusOK || m == nil {
+		t.Fatalf("GET /orders = %d without an export form and its token; body: %s", page.Code, page.Body)
+	}
+	for _, s := range []string{
+		`name="format" value="csv" class="secondary" data-replayguard-download`,
+		`name="format" value="html" class="secondary" formtarget="_blank"`,
+		`<script src="/sdk/replayguard.js"`,
+	} {
+		if !strings.Contains(page.Body.String(), s) {
+			t.Errorf("GET /orders lacks %s", s)
+		}
+	}
+	if got := page.Header().Get("Cache-Control"); got != "private, no-cache" {
+		t.Errorf("GET /orders: Cache-Control = %q, want private, no-cache", got)
+	}
+	csvToken, printToken := m[1], exportToken.FindStringSubmatch(get(app, "/orders").Body.String())[1]
+
+	export := func(tok, format string) *httptest.ResponseRecorder {
+		form := url.Values{"idempotency_token": {tok}, "format": {format}}
+		req := httptest.NewRequest(http.MethodPost, "/exports", strings.NewReader(form.Encode()))
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		w := httptest.NewRecorder()
+		app.ServeHTTP(w, req)
+		return w
+	}
+	steps := []struct {
+		name, tok, format string
+		wantCode          int
+		wantDisposition   string
+		wantBody          string
+	}{
+		{"csv is a download", csvToken, "csv", http.StatusOK, `attachment; filename="orders.csv"`,
+			"id,name,item,quantity,shipping,total\n1,Ada,\"Espresso beans, 1 kg\",2,express,53\n"},
+		{"html is a page to print", printToken, "html", http.StatusOK, "", `<h1>Orders to print</h1>`},
+		{"a token exports once", csvToken, "csv", http.StatusConflict, "", `This export was already sent`},
+		{"an order's token does not export", formToken(t, app), "csv", http.StatusForbidden, "", `Please reload the form`},
+	}
+	for _, s := range steps {
+		w := export(s.tok, s.format)
+		if w.Code != s.wantCode || w.Header().Get("Content-Disposition") != s.wantDisposition || !strings.Contains(w.Body.String(), s.wantBody) {
+			t.Errorf("%s: got %d Content-Disposition %q, want %d %q with %q; body: %s",
+				s.name, w.Code, w.Header().Get("Content-Disposition"), s.wantCode, s.wantDisposition, s.wantBody, w.Body)
+		}
+	}
+	if got, want := app.Stats(), (shop.Stats{Orders: 1, Posts: 1, ExportPosts: len(steps), Exports: 2}); got != want {
+		t.Errorf("Stats = %+v, want %+v", got, want)
+	}
+}
