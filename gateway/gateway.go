@@ -435,9 +435,13 @@ type noFlush struct{ http.ResponseWriter }
 // rewrite builds the request to the app: the upstream's URL, the
 // X-Forwarded-* headers from what the gateway saw (client-sent ones and
 // Forwarded were removed by ReverseProxy), the verified facts, and the
-// request ID.
+// request ID. A request whose method is not safe is made one the
+// transport never resends (sendOnce).
 func (g *Gateway) rewrite(pr *httputil.ProxyRequest) {
 	pr.SetURL(g.upstream)
+	if !safeMethod(pr.Out.Method) {
+		sendOnce(pr.Out)
+	}
 	pr.SetXForwarded()
 	if ip := g.clientIP(pr.In); ip != "" {
 		pr.Out.Header.Set("X-Forwarded-For", ip)
@@ -454,6 +458,43 @@ func (g *Gateway) rewrite(pr *httputil.ProxyRequest) {
 	}
 	if id := handlers.RequestID(ctx); id != "" {
 		pr.Out.Header.Set(handlers.RequestIDHeader, id)
+	}
+}
+
+// safeMethod reports whether net/http's Transport may resend a request
+// with method m whatever its headers: GET, HEAD, OPTIONS and TRACE.
+func safeMethod(m string) bool {
+	return m == http.MethodGet || m == http.MethodHead || m == http.MethodOptions || m == http.MethodTrace
+}
+
+// idempotencyHeaders are the headers that make net/http's Transport
+// treat a request of any method as replayable.
+var idempotencyHeaders = []string{"Idempotency-Key", "X-Idempotency-Key"}
+
+// sendOnce stops net/http's Transport from sending out again on a new
+// connection when a reused keep-alive connection breaks after out was
+// written: the app may have run it. The Transport resends a request of an
+// unsafe method when its body is nil or can be rewound with GetBody and
+// it carries Idempotency-Key or X-Idempotency-Key (Request.isReplayable),
+// which is every recorded request (IdempotencyGuard sets GetBody).
+//
+// So GetBody is dropped: a body is sent once, over HTTP/1 and HTTP/2.
+// A request without a body is still resendable, and an empty body that
+// is not http.NoBody would go out chunked ("Transfer-Encoding: chunked",
+// no Content-Length) for POST, PUT and PATCH; instead, the two headers
+// move to lowercase names. The Transport checks for them by their
+// canonical names only, while header names are case-insensitive to every
+// app (and lowercase on the wire over HTTP/2), so the app gets the same
+// headers and the same framing as the client sent. The Transport still
+// retries a request without a body of which nothing was written.
+func sendOnce(out *http.Request) {
+	out.GetBody = nil
+	for _, name := range idempotencyHeaders {
+		if vs, ok := out.Header[name]; ok {
+			delete(out.Header, name)
+			lower := strings.ToLower(name)
+			out.Header[lower] = append(out.Header[lower], vs...)
+		}
 	}
 }
 

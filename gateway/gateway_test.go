@@ -1,7 +1,9 @@
 package gateway_test
 
 import (
+	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -12,6 +14,8 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -649,6 +653,155 @@ func TestUnknownOutcomeAbandonsTheRecord(t *testing.T) {
 			}
 			if n := len(a.requests()); n != 2 {
 				t.Fatalf("the app ran %d times, want 2 (the first, then one retry after the lease)", n)
+			}
+		})
+	}
+}
+
+// rawApp is an upstream on a bare TCP listener, for a failure net/http's
+// server cannot produce: it reads each request, notes how it was framed
+// and answers 201, except that the first request with Idempotency-Key
+// (or X-Idempotency-Key) dropKey is read (the app ran it) and its connection closed without an
+// answer.
+type rawApp struct {
+	ln      net.Listener
+	dropKey string
+	mu      sync.Mutex
+	conns   int
+	got     []rawRequest
+}
+
+// rawRequest is one request as rawApp read it off the wire.
+type rawRequest struct {
+	Method, Key, ContentLength string
+	Chunked                    bool
+	Body                       string
+}
+
+func newRawApp(t *testing.T, dropKey string) *rawApp {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ln.Close() })
+	a := &rawApp{ln: ln, dropKey: dropKey}
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			a.mu.Lock()
+			a.conns++
+			a.mu.Unlock()
+			go a.serve(c)
+		}
+	}()
+	return a
+}
+
+func (a *rawApp) serve(c net.Conn) {
+	defer c.Close()
+	br := bufio.NewReader(c)
+	for {
+		req, err := http.ReadRequest(br)
+		if err != nil {
+			return
+		}
+		body, err := io.ReadAll(req.Body)
+		if err != nil {
+			return
+		}
+		key := req.Header.Get("Idempotency-Key") + req.Header.Get("X-Idempotency-Key")
+		a.mu.Lock()
+		a.got = append(a.got, rawRequest{req.Method, key, req.Header.Get("Content-Length"), slices.Contains(req.TransferEncoding, "chunked"), string(body)})
+		drop := key == a.dropKey && len(a.with(key)) == 1
+		a.mu.Unlock()
+		if drop {
+			return // the app ran the request, and its answer is lost with the connection
+		}
+		if _, err := io.WriteString(c, "HTTP/1.1 201 Created\r\nContent-Length: 2\r\n\r\nok"); err != nil {
+			return
+		}
+	}
+}
+
+// with returns the requests with the key key; a.mu must be held.
+func (a *rawApp) with(key string) []rawRequest {
+	var rs []rawRequest
+	for _, r := range a.got {
+		if r.Key == key {
+			rs = append(rs, r)
+		}
+	}
+	return rs
+}
+
+func (a *rawApp) url() *url.URL { return &url.URL{Scheme: "http", Host: a.ln.Addr().String()} }
+
+// TestUnsafeRequestIsNeverResent: net/http's Transport resends a request
+// it deems replayable (a body it can rewind and an Idempotency-Key
+// header, or no body and that header) when a reused keep-alive
+// connection dies after the request was written. The app may have run
+// it, so the gateway must not let it: the app sees the request once, the
+// client gets 502 and a recorded route's record is abandoned.
+func TestUnsafeRequestIsNeverResent(t *testing.T) {
+	const routes = `routes:
+  - {match: "POST /orders", policy: idempotency_key, required: true}
+  - {match: "PATCH /orders/{id}", policy: idempotency_key, required: true}
+`
+	tests := []struct {
+		name, method, path, body string
+		header                   string // the key's header; Idempotency-Key when ""
+		recorded                 bool
+	}{
+		{"a routed POST with a body", "POST", "/orders", `{"item":"book"}`, "", true},
+		{"a routed POST without a body", "POST", "/orders", "", "", true},
+		{"a routed PATCH without a body", "PATCH", "/orders/7", "", "", true},
+		{"an unrouted POST with a body", "POST", "/comments", "text=hi", "", false},
+		{"an unrouted DELETE without a body", "DELETE", "/orders/7", "", "", false},
+		{"an unrouted POST without a body, with X-Idempotency-Key", "POST", "/comments", "", "X-Idempotency-Key", false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			a := newRawApp(t, `"k2"`)
+			// One connection at most, so that the request after the
+			// warm-up surely goes on the warm, reused connection.
+			tr := gateway.NewTransport()
+			tr.MaxConnsPerHost = 1
+			t.Cleanup(tr.CloseIdleConnections)
+			d := newDeps(t)
+			gw := serve(t, a.url(), routes, gateway.WithKeeper(d.keeper), gateway.WithTransport(tr))
+			header := cmp.Or(tc.header, "Idempotency-Key")
+			send := func(key string) (int, http.Header, string) {
+				return do(t, newRequest(t, tc.method, gw.URL+tc.path, tc.body, header, key, "Content-Type", "application/json"))
+			}
+			if status, _, body := send(`"k1"`); status != http.StatusCreated {
+				t.Fatalf("warm-up = %d %s", status, body)
+			}
+			status, _, body := send(`"k2"`)
+			if status != http.StatusBadGateway || problemCode(body) != "upstream_unavailable" {
+				t.Fatalf("= %d %s, want 502 upstream_unavailable", status, body)
+			}
+			if tc.recorded {
+				status, _, body := send(`"k2"`)
+				if status != http.StatusConflict || problemCode(body) != "request_in_progress" {
+					t.Fatalf("duplicate = %d %s, want 409 request_in_progress: the app may have run the request", status, body)
+				}
+			}
+			a.mu.Lock()
+			defer a.mu.Unlock()
+			got := a.with(`"k2"`)
+			if len(got) != 1 || a.conns != 1 {
+				t.Fatalf("the app got the request %d times on %d connections, want once on the warm one", len(got), a.conns)
+			}
+			r := got[0]
+			if r.Method != tc.method || r.Body != tc.body || r.Chunked {
+				t.Fatalf("the app got %+v, want %s with the body %q, not chunked", r, tc.method, tc.body)
+			}
+			if tc.method != http.MethodDelete && r.ContentLength != strconv.Itoa(len(tc.body)) {
+				t.Fatalf("the app got Content-Length %q, want %d", r.ContentLength, len(tc.body))
 			}
 		})
 	}
