@@ -29,6 +29,15 @@
 //     through once, inside its window; the app receives the signature's
 //     keyid in Replayguard-Client-Key-Id.
 //
+// Before matching, the method is uppercased: "post" is routed, and
+// reaches the app, as POST, since many apps read it so. A request that is
+// another spelling of a routed path is redirected (307) to the routed
+// one: a path not in canonical form (/x/../orders, //orders), the same
+// with its dots or slashes percent-encoded (/x/%2e%2e/orders,
+// /x%2F..%2Forders), and a subtree's path without its slash (/api under
+// /api/), as ServeMux redirects it. Percent-encoded letters match as
+// decoded (/%6Frders is /orders) and reach the app as sent.
+//
 // Requests that match no route pass through without a policy. Client-sent
 // Replayguard-Token-Id and Replayguard-Client-Key-Id headers are removed
 // from every request (StripVerifiedHeaders), and ReverseProxy removes

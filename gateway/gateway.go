@@ -12,7 +12,6 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
-	"path"
 	"strings"
 	"time"
 
@@ -218,17 +217,24 @@ type route struct {
 func (rt *route) ServeHTTP(w http.ResponseWriter, r *http.Request) { rt.handler.ServeHTTP(w, r) }
 
 // ServeHTTP removes client-sent copies of the headers the gateway vouches
-// for, then sends r through its route's policy to the app, or straight to
-// the app when no route matches. A request whose path is not in
-// canonical form (such as /a/../orders) but whose canonical path is
-// routed is redirected there (307), so the policy cannot be bypassed by
-// spelling the path another way.
+// for and uppercases the method (many apps read "post" as POST), then
+// sends r through its route's policy to the app, or straight to the app
+// when no route matches. A request that is another spelling of a routed
+// path is redirected (307) to the routed one, so a policy cannot be
+// bypassed by spelling the path another way: a path ServeMux would
+// redirect to a routed pattern (dot segments, repeated slashes, a
+// subtree's path without its trailing slash), and a path whose
+// percent-decoded form is, or cleans to, a routed one (%2e%2e, %2F).
 func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	StripVerifiedHeaders(r.Header)
+	if m := strings.ToUpper(r.Method); m != r.Method {
+		r = r.WithContext(r.Context())
+		r.Method = m
+	}
 	rt, pattern, redirect := g.match(r)
 	switch {
-	case redirect != "":
-		http.Redirect(w, r, redirect, http.StatusTemporaryRedirect)
+	case redirect != nil:
+		redirect.ServeHTTP(w, r)
 	case rt != nil:
 		r2 := r.WithContext(r.Context())
 		r2.Pattern = pattern
@@ -238,49 +244,43 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// match finds r's route, or the canonical path to redirect it to.
-func (g *Gateway) match(r *http.Request) (rt *route, pattern, redirect string) {
+// match finds r's route, or the redirect to its routed spelling. Both
+// come from the ServeMux: ServeMux.Handler answers a path it would
+// redirect (one not in canonical form, or a subtree's path without its
+// slash) with a redirect handler and the pattern of the path it redirects
+// to, which is a route's, as the mux holds nothing else. ServeMux cleans
+// the path as sent, without decoding it, while an app (or a server in
+// front of it, such as nginx) may decode %2e%2e or %2F before it resolves
+// dot segments: so the decoded path, escaped again, is looked up too, and
+// a request whose decoded path is routed or redirected to a route is
+// redirected there.
+func (g *Gateway) match(r *http.Request) (rt *route, pattern string, redirect http.Handler) {
 	h, pattern := g.mux.Handler(r)
 	if rt, ok := h.(*route); ok {
-		return rt, pattern, ""
+		return rt, pattern, nil
 	}
 	if r.Method == http.MethodConnect {
-		return nil, "", ""
+		return nil, "", nil
 	}
-	esc := r.URL.EscapedPath()
-	clean := cleanPath(esc)
-	if clean == esc {
-		return nil, "", ""
+	if pattern != "" {
+		return nil, "", h
 	}
-	u, err := url.ParseRequestURI(clean)
-	if err != nil {
-		return nil, "", ""
+	decoded := &url.URL{Path: r.URL.Path, RawQuery: r.URL.RawQuery}
+	if decoded.EscapedPath() == r.URL.EscapedPath() {
+		return nil, "", nil
 	}
 	r2 := r.WithContext(r.Context())
-	r2.URL = u
-	if h, _ := g.mux.Handler(r2); h != nil {
-		if _, ok := h.(*route); ok {
-			u.RawQuery = r.URL.RawQuery
-			return nil, "", u.String()
-		}
+	r2.URL = decoded
+	h, pattern = g.mux.Handler(r2)
+	if _, ok := h.(*route); ok {
+		// The decoded path is routed, hence canonical: a Location
+		// that cannot start with //.
+		return nil, "", http.RedirectHandler(decoded.String(), http.StatusTemporaryRedirect)
 	}
-	return nil, "", ""
-}
-
-// cleanPath is ServeMux's canonical form of a path: no . or ..
-// elements, no repeated slashes, the trailing slash kept.
-func cleanPath(p string) string {
-	if p == "" {
-		return "/"
+	if pattern != "" {
+		return nil, "", h
 	}
-	if p[0] != '/' {
-		p = "/" + p
-	}
-	np := path.Clean(p)
-	if p[len(p)-1] == '/' && np != "/" {
-		np += "/"
-	}
-	return np
+	return nil, "", nil
 }
 
 // StripVerifiedHeaders removes the headers only the gateway may set

@@ -169,6 +169,9 @@ const routingRoutes = `routes:
   - match: "POST shop.test/hosted"
     policy: idempotency_key
     required: true
+  - match: "POST /admin/"
+    policy: idempotency_key
+    required: true
 `
 
 func TestRouting(t *testing.T) {
@@ -196,6 +199,20 @@ func TestRouting(t *testing.T) {
 		{"a dot to a routed path redirects", "POST", "/./orders", "", 307, "", "/orders", false},
 		{"a dot segment to a routed path redirects", "POST", "/x/../orders?a=1", "", 307, "", "/orders?a=1", false},
 		{"an unclean unrouted path passes through as sent", "POST", "/x/../comments", "", 201, "", "", true},
+		{"a leading doubled slash redirects", "POST", "//orders", "", 307, "", "/orders", false},
+		{"a doubled slash inside redirects", "POST", "/admin//x", "", 307, "", "/admin/x", false},
+		{"an encoded dot-dot segment redirects", "POST", "/x/%2e%2e/orders", "", 307, "", "/orders", false},
+		{"an encoded dot-dot segment in capitals redirects", "POST", "/x/%2E%2E/orders?a=1", "", 307, "", "/orders?a=1", false},
+		{"a half-encoded dot-dot segment redirects", "POST", "/x/.%2e/orders", "", 307, "", "/orders", false},
+		{"an encoded dot segment redirects", "POST", "/%2e/orders", "", 307, "", "/orders", false},
+		{"encoded slashes around dots redirect", "POST", "/x%2F..%2Forders", "", 307, "", "/orders", false},
+		{"an encoded slash into a subtree redirects", "POST", "/admin%2Fusers", "", 307, "", "/admin/users", false},
+		{"an escaped letter is the same path", "POST", "/%6Frders", "", 400, "idempotency_key_missing", "", false},
+		{"a subtree's path without its slash redirects", "POST", "/admin", "", 307, "", "/admin/", false},
+		{"an encoded unclean unrouted path passes through as sent", "POST", "/x/%2e%2e/comments", "", 201, "", "", true},
+		{"a lowercase method is routed", "post", "/orders", "", 400, "idempotency_key_missing", "", false},
+		{"a mixed-case method is routed", "Post", "/checkout", "", 400, "invalid_request", "", false},
+		{"a lowercase method reaches the app in capitals", "get", "/orders", "", 201, "", "", true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -204,6 +221,9 @@ func TestRouting(t *testing.T) {
 			req.URL.Opaque = tc.path // sent exactly as written
 			if p, q, ok := strings.Cut(tc.path, "?"); ok {
 				req.URL.Opaque, req.URL.RawQuery = p, q
+			}
+			if strings.HasPrefix(tc.path, "//") { // an Opaque "//x" is sent as the URL http://x
+				req.URL.Opaque, req.URL.Path = "", tc.path
 			}
 			if tc.host != "" {
 				req.Host = tc.host
@@ -225,8 +245,8 @@ func TestRouting(t *testing.T) {
 			if reached := len(got) > 0; reached != tc.reachesApp {
 				t.Fatalf("reached the app: %v, want %v", reached, tc.reachesApp)
 			}
-			if tc.reachesApp && got[0].Path != tc.path {
-				t.Fatalf("the app got %s, want %s as sent", got[0].Path, tc.path)
+			if tc.reachesApp && (got[0].Path != tc.path || got[0].Method != strings.ToUpper(tc.method)) {
+				t.Fatalf("the app got %s %s, want %s %s", got[0].Method, got[0].Path, strings.ToUpper(tc.method), tc.path)
 			}
 		})
 	}

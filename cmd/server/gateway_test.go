@@ -141,6 +141,32 @@ func gatewayScenarios(t *testing.T, gw string, up *upstreamProc, secret []byte) 
 		up.wantCount(t, "orders-keyless", 0)
 	})
 
+	t.Run("idempotency_key: other spellings of the path and method get the policy", func(t *testing.T) {
+		tests := []struct {
+			method, path string
+			status       int
+			code         string // problem code, when refused
+			location     string // redirect target
+		}{
+			{"POST", "/x/%2e%2e/orders", 307, "", "/orders"},
+			{"POST", "/x/%2E%2E/orders", 307, "", "/orders"},
+			{"POST", "/%2e/orders", 307, "", "/orders"},
+			{"POST", "/x/../orders", 307, "", "/orders"},
+			{"POST", "/x/..//orders", 307, "", "/orders"},
+			{"post", "/orders", 400, "idempotency_key_missing", ""},
+			{"Post", "/orders", 400, "idempotency_key_missing", ""},
+		}
+		for _, tc := range tests {
+			req := newReq(t, tc.method, gw, `{}`, "X-Test-Case", "orders-spelled")
+			req.URL.Opaque = tc.path // sent exactly as written
+			r := try(req)
+			if r.err != nil || r.status != tc.status || r.code() != tc.code || r.header.Get("Location") != tc.location {
+				t.Errorf("%s %s = %d %q %v, want %d %q Location %q", tc.method, tc.path, r.status, r.body, r.err, tc.status, tc.code, tc.location)
+			}
+		}
+		up.wantCount(t, "orders-spelled", 0)
+	})
+
 	t.Run("idempotency_key: a 5xx is not stored, so the retry runs", func(t *testing.T) {
 		send := func() result {
 			return try(newReq(t, "POST", gw+"/orders", `{}`, "Idempotency-Key", `"order-3"`, "X-Test-Case", "orders-5xx", "X-Test-Fail-First", "1"))
