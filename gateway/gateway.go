@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"mime"
 	"net"
 	"net/http"
 	"net/http/httputil"
@@ -334,7 +333,7 @@ func (g *Gateway) policy(rt Route) (http.Handler, error) {
 		keeper := g.routeKeeper(rt)
 		guard := tokenGuard(g.tokens, keeper, g.metrics)
 		inner := guard.RequireTokenHandler(rt.Purpose)(restoreBody(g.recorded()))
-		return bufferForm(int64(keeper.MaxBody()), inner), nil
+		return bufferTokenless(int64(keeper.MaxBody()), inner), nil
 	case PolicySignature:
 		if g.verifier == nil {
 			return nil, errors.New("policy signature needs a replay.Verifier (WithVerifier)")
@@ -549,27 +548,33 @@ func patternMethod(pattern string) string {
 
 type bodyKey struct{}
 
-// bufferForm reads the body of a form request without an
-// Idempotency-Token header, at most limit bytes, so the Guard can parse
-// the idempotency_token field and restoreBody can hand the app the body
-// as the client sent it. Other requests keep their body as a stream.
-func bufferForm(limit int64, next http.Handler) http.Handler {
+// bufferTokenless reads the body of a request without an
+// Idempotency-Token header, at most limit bytes (413 over it), so the
+// Guard can look for the idempotency_token form field in it and
+// restoreBody can hand the app the body as the client sent it. Whatever
+// its Content-Type says: net/http parses a form even from
+// "application/x-www-form-urlencoded; foo", whose parameter
+// mime.ParseMediaType refuses, and a Guard reading an unbuffered body
+// would consume it, up to net/http's 10 MB. Requests with the header
+// keep their body as a stream.
+func bufferTokenless(limit int64, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Header.Get(handlers.TokenHeader) != "" || !isForm(r.Header.Get("Content-Type")) || r.Body == nil || r.Body == http.NoBody {
+		if r.Header.Get(handlers.TokenHeader) != "" || r.Body == nil || r.Body == http.NoBody {
 			next.ServeHTTP(w, r)
 			return
 		}
+		tooLarge := fmt.Errorf("%w: the body is over %d bytes, the most this route reads", handlers.ErrTooLarge, limit)
 		if r.ContentLength > limit {
-			handlers.WriteProblem(w, r, fmt.Errorf("%w: the body is over %d bytes, the most this route reads", handlers.ErrTooLarge, limit))
+			handlers.WriteProblem(w, r, tooLarge)
 			return
 		}
-		data, err := io.ReadAll(io.LimitReader(r.Body, limit+1))
+		data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
 		if err != nil {
+			if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
+				handlers.WriteProblem(w, r, tooLarge)
+				return
+			}
 			handlers.WriteProblem(w, r, fmt.Errorf("%w: reading the body: %v", handlers.ErrBadRequest, err))
-			return
-		}
-		if int64(len(data)) > limit {
-			handlers.WriteProblem(w, r, fmt.Errorf("%w: the body is over %d bytes, the most this route reads", handlers.ErrTooLarge, limit))
 			return
 		}
 		_ = r.Body.Close()
@@ -584,7 +589,8 @@ func bufferForm(limit int64, next http.Handler) http.Handler {
 	})
 }
 
-// restoreBody gives the request the body bufferForm read, unread again.
+// restoreBody gives the request the body bufferTokenless read, unread
+// again.
 func restoreBody(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if data, ok := r.Context().Value(bodyKey{}).([]byte); ok {
@@ -593,11 +599,4 @@ func restoreBody(next http.Handler) http.Handler {
 		}
 		next.ServeHTTP(w, r)
 	})
-}
-
-// isForm reports whether a Content-Type is one the Guard reads a form
-// field from.
-func isForm(contentType string) bool {
-	mt, _, err := mime.ParseMediaType(contentType)
-	return err == nil && (mt == "application/x-www-form-urlencoded" || mt == "multipart/form-data")
 }

@@ -420,6 +420,20 @@ func TestTokenPolicy(t *testing.T) {
 		}
 	})
 
+	t.Run("a form whose Content-Type has an unparseable parameter: the app gets the body as sent", func(t *testing.T) {
+		is := issue("checkout")
+		body := "item=book&idempotency_token=" + url.QueryEscape(is.Token)
+		before := len(a.requests())
+		status, _, resp := do(t, newRequest(t, "POST", gw.URL+"/checkout", body, "Content-Type", "application/x-www-form-urlencoded; foo"))
+		if status != http.StatusCreated {
+			t.Fatalf("= %d %s", status, resp)
+		}
+		got := a.requests()[before:]
+		if len(got) != 1 || got[0].Body != body || got[0].Header.Get(gateway.TokenIDHeader) != is.ID {
+			t.Fatalf("the app got %+v", got)
+		}
+	})
+
 	t.Run("a header token: the body streams through untouched", func(t *testing.T) {
 		is := issue("checkout")
 		body := strings.Repeat("x", 4096) // over max_body: not read, since the header has the token
@@ -453,6 +467,18 @@ func TestTokenPolicy(t *testing.T) {
 		}, 401, "token_invalid"},
 		{"a form over max_body", func() *http.Request {
 			return newRequest(t, "POST", gw.URL+"/checkout", "idempotency_token="+issue("checkout").Token+"&pad="+strings.Repeat("p", 1024), "Content-Type", "application/x-www-form-urlencoded")
+		}, 413, "payload_too_large"},
+		{"a form over max_body with an unparseable Content-Type", func() *http.Request {
+			return newRequest(t, "POST", gw.URL+"/checkout", "idempotency_token="+issue("checkout").Token+"&pad="+strings.Repeat("p", 1024), "Content-Type", "application/x-www-form-urlencoded; foo")
+		}, 413, "payload_too_large"},
+		{"a chunked form over max_body", func() *http.Request {
+			req := newRequest(t, "POST", gw.URL+"/checkout", "", "Content-Type", "application/x-www-form-urlencoded")
+			req.Body = io.NopCloser(strings.NewReader("idempotency_token=" + issue("checkout").Token + "&pad=" + strings.Repeat("p", 1024)))
+			req.ContentLength = -1
+			return req
+		}, 413, "payload_too_large"},
+		{"a tokenless body over max_body", func() *http.Request {
+			return newRequest(t, "POST", gw.URL+"/checkout", `{"pad":"`+strings.Repeat("p", 1024)+`"}`, "Content-Type", "application/json")
 		}, 413, "payload_too_large"},
 	}
 	for _, tc := range refusals {
