@@ -111,7 +111,8 @@ func WithClientIP(f func(*http.Request) string) Option {
 }
 
 // WithTransport sends requests to the app with rt. Defaults to
-// NewTransport().
+// NewTransport() with the WithTimeout timeout as its
+// ResponseHeaderTimeout.
 func WithTransport(rt http.RoundTripper) Option {
 	return func(g *Gateway) {
 		if rt != nil {
@@ -123,7 +124,10 @@ func WithTransport(rt http.RoundTripper) Option {
 // WithTimeout bounds each request to the app, from sending it to the end
 // of the response body; past it the client gets 502
 // upstream_unavailable. Defaults to DefaultTimeout (30s); d <= 0 keeps
-// the default.
+// the default. The http.Server serving the gateway must allow as much:
+// a WriteTimeout under it cuts the app's late answer, or the 502, off
+// into an empty reply, and a ReadTimeout under it cuts off slow uploads
+// (cmd/server derives both from it).
 func WithTimeout(d time.Duration) Option {
 	return func(g *Gateway) {
 		if d > 0 {
@@ -147,8 +151,9 @@ func WithLogger(l *slog.Logger) Option {
 func WithMetrics(m *metrics.Metrics) Option { return func(g *Gateway) { g.metrics = m } }
 
 // NewTransport returns the default transport to the app: bounded dials,
-// TLS handshakes and waits for response headers, and pooled connections.
-// It never uses an HTTP proxy from the environment.
+// TLS handshakes and waits for response headers (DefaultTimeout; New
+// sets the gateway's timeout instead), and pooled connections. It never
+// uses an HTTP proxy from the environment.
 func NewTransport() *http.Transport {
 	return &http.Transport{
 		DialContext:           (&net.Dialer{Timeout: dialTimeout, KeepAlive: 30 * time.Second}).DialContext,
@@ -182,7 +187,9 @@ func New(upstream *url.URL, routes []Route, opts ...Option) (*Gateway, error) {
 		o(g)
 	}
 	if g.transport == nil {
-		g.transport = NewTransport()
+		t := NewTransport()
+		t.ResponseHeaderTimeout = g.timeout
+		g.transport = t
 	}
 	g.proxy = &httputil.ReverseProxy{
 		Rewrite:        g.rewrite,

@@ -620,15 +620,74 @@ func TestUpstreamUnavailable(t *testing.T) {
 	}
 }
 
+// TestUpstreamTimeout: WithTimeout bounds the wait for the app: an answer
+// inside it is proxied, past it the client gets 502. Only the timeout
+// itself takes real time: the app answers when the test lets it.
 func TestUpstreamTimeout(t *testing.T) {
-	a := newApp(t)
-	release := make(chan struct{})
-	t.Cleanup(func() { close(release) })
-	a.respond = func(w http.ResponseWriter, r *http.Request) { <-release }
-	gw := serve(t, a.url(t), "", gateway.WithTimeout(50*time.Millisecond))
-	status, _, body := do(t, newRequest(t, "GET", gw.URL+"/slow", ""))
-	if status != http.StatusBadGateway || problemCode(body) != "upstream_unavailable" {
-		t.Fatalf("= %d %s", status, body)
+	const timeout = 300 * time.Millisecond
+	for _, tc := range []struct {
+		name   string
+		answer bool // the app answers as soon as it has the request; else only after the 502
+		status int
+	}{
+		{"an answer inside the timeout is proxied", true, http.StatusCreated},
+		{"no answer inside the timeout is 502", false, http.StatusBadGateway},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a := newApp(t)
+			started, release := make(chan struct{}), make(chan struct{})
+			a.respond = func(w http.ResponseWriter, r *http.Request) {
+				close(started)
+				<-release
+				w.WriteHeader(http.StatusCreated)
+			}
+			gw := serve(t, a.url(t), "", gateway.WithTimeout(timeout))
+			if tc.answer {
+				go func() {
+					<-started
+					close(release)
+				}()
+			} else {
+				t.Cleanup(func() { close(release) })
+			}
+			begin := time.Now()
+			status, _, body := do(t, newRequest(t, "GET", gw.URL+"/slow", ""))
+			if status != tc.status || (status == http.StatusBadGateway && problemCode(body) != "upstream_unavailable") {
+				t.Fatalf("= %d %s, want %d", status, body, tc.status)
+			}
+			if elapsed := time.Since(begin); !tc.answer && elapsed < timeout {
+				t.Fatalf("502 after %v, before the timeout %v", elapsed, timeout)
+			}
+		})
+	}
+}
+
+// TestTimeoutBoundsResponseHeaders: the default transport waits for the
+// app's response headers as long as WithTimeout allows, not a fixed 30s.
+func TestTimeoutBoundsResponseHeaders(t *testing.T) {
+	up := &url.URL{Scheme: "http", Host: "127.0.0.1:1"}
+	for _, tc := range []struct {
+		name string
+		opts []gateway.Option
+		want time.Duration
+	}{
+		{"default", nil, gateway.DefaultTimeout},
+		{"longer", []gateway.Option{gateway.WithTimeout(2 * time.Minute)}, 2 * time.Minute},
+		{"shorter", []gateway.Option{gateway.WithTimeout(time.Second)}, time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			gw, err := gateway.New(up, nil, tc.opts...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			tr, ok := gateway.TransportOf(gw).(*http.Transport)
+			if !ok {
+				t.Fatalf("the default transport is a %T", gateway.TransportOf(gw))
+			}
+			if tr.ResponseHeaderTimeout != tc.want {
+				t.Fatalf("ResponseHeaderTimeout = %v, want %v", tr.ResponseHeaderTimeout, tc.want)
+			}
+		})
 	}
 }
 
