@@ -44,7 +44,11 @@
 // from every request (StripVerifiedHeaders), and ReverseProxy removes
 // hop-by-hop headers and client-sent X-Forwarded-* and Forwarded headers;
 // the gateway sets X-Forwarded-For, -Host and -Proto itself. When the app
-// cannot be reached, the answer is 502 upstream_unavailable.
+// cannot be reached or does not answer within WithTimeout, the answer is
+// 502 upstream_unavailable. A request whose method is not GET, HEAD,
+// OPTIONS or TRACE is sent to the app once, never again after a broken
+// connection (the app may have run it); for that, its Idempotency-Key and
+// X-Idempotency-Key headers go to the app under lowercase names.
 //
 // # Example
 //
