@@ -479,20 +479,23 @@ var idempotencyHeaders = []string{"Idempotency-Key", "X-Idempotency-Key"}
 
 // sendOnce stops net/http's Transport from sending out again on a new
 // connection when a reused keep-alive connection breaks after out was
-// written: the app may have run it. The Transport resends a request of an
-// unsafe method when its body is nil or can be rewound with GetBody and
-// it carries Idempotency-Key or X-Idempotency-Key (Request.isReplayable),
-// which is every recorded request (IdempotencyGuard sets GetBody).
+// written: the app may have run it. Over HTTP/1 the Transport resends a
+// request of an unsafe method when its body is nil or can be rewound
+// with GetBody and it carries Idempotency-Key or X-Idempotency-Key
+// (Request.isReplayable), which is every recorded request
+// (IdempotencyGuard sets GetBody).
 //
-// So GetBody is dropped: a body is sent once, over HTTP/1 and HTTP/2.
-// A request without a body is still resendable, and an empty body that
-// is not http.NoBody would go out chunked ("Transfer-Encoding: chunked",
-// no Content-Length) for POST, PUT and PATCH; instead, the two headers
-// move to lowercase names. The Transport checks for them by their
-// canonical names only, while header names are case-insensitive to every
-// app (and lowercase on the wire over HTTP/2), so the app gets the same
-// headers and the same framing as the client sent. The Transport still
-// retries a request without a body of which nothing was written.
+// So GetBody is dropped, and a body is never sent twice (over HTTP/2
+// either, whose Transport rewinds a body with GetBody to retry a stream
+// the app reset). That leaves requests without a body: an empty body
+// that is not http.NoBody would make them unreplayable too, but would go
+// out chunked for POST, PUT and PATCH (no Content-Length). Instead the
+// two headers move to lowercase names: the Transport checks for them
+// under their canonical names only, while header names are
+// case-insensitive to every app (and lowercase on the wire over HTTP/2),
+// so the app gets the headers and the framing the client sent. The
+// Transport still retries a body-less request of which nothing was
+// written.
 func sendOnce(out *http.Request) {
 	out.GetBody = nil
 	for _, name := range idempotencyHeaders {
