@@ -22,19 +22,33 @@
 //     submits) inside a short window get the first one's response;
 //   - token: a Guard redeems the token from the Idempotency-Token header,
 //     else the idempotency_token form field, before the app runs; a
-//     request without one gets 400 invalid_request. The app receives the
-//     body as the client sent it and the token's id in
-//     Replayguard-Token-Id;
+//     request without one gets 400 invalid_request. Without the header,
+//     the body is read (at most the route's max_body, else 413) to look
+//     for the field. The app receives the body as the client sent it and
+//     the token's id in Replayguard-Token-Id;
 //   - signature: a SignatureGuard lets a signed request (RFC 9421)
 //     through once, inside its window; the app receives the signature's
 //     keyid in Replayguard-Client-Key-Id.
+//
+// Before matching, the method is uppercased: "post" is routed, and
+// reaches the app, as POST, since many apps read it so. A request that is
+// another spelling of a routed path is redirected (307) to the routed
+// one: a path not in canonical form (/x/../orders, //orders), the same
+// with its dots or slashes percent-encoded (/x/%2e%2e/orders,
+// /x%2F..%2Forders), and a subtree's path without its slash (/api under
+// /api/), as ServeMux redirects it. Percent-encoded letters match as
+// decoded (/%6Frders is /orders) and reach the app as sent.
 //
 // Requests that match no route pass through without a policy. Client-sent
 // Replayguard-Token-Id and Replayguard-Client-Key-Id headers are removed
 // from every request (StripVerifiedHeaders), and ReverseProxy removes
 // hop-by-hop headers and client-sent X-Forwarded-* and Forwarded headers;
 // the gateway sets X-Forwarded-For, -Host and -Proto itself. When the app
-// cannot be reached, the answer is 502 upstream_unavailable.
+// cannot be reached or does not answer within WithTimeout, the answer is
+// 502 upstream_unavailable. A request whose method is not GET, HEAD,
+// OPTIONS or TRACE is sent to the app once, never again after a broken
+// connection (the app may have run it); for that, its Idempotency-Key and
+// X-Idempotency-Key headers go to the app under lowercase names.
 //
 // # Example
 //

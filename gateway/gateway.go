@@ -7,12 +7,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"mime"
 	"net"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
-	"path"
 	"strings"
 	"time"
 
@@ -113,7 +111,8 @@ func WithClientIP(f func(*http.Request) string) Option {
 }
 
 // WithTransport sends requests to the app with rt. Defaults to
-// NewTransport().
+// NewTransport() with the WithTimeout timeout as its
+// ResponseHeaderTimeout.
 func WithTransport(rt http.RoundTripper) Option {
 	return func(g *Gateway) {
 		if rt != nil {
@@ -125,7 +124,10 @@ func WithTransport(rt http.RoundTripper) Option {
 // WithTimeout bounds each request to the app, from sending it to the end
 // of the response body; past it the client gets 502
 // upstream_unavailable. Defaults to DefaultTimeout (30s); d <= 0 keeps
-// the default.
+// the default. The http.Server serving the gateway must allow as much:
+// a WriteTimeout under it cuts the app's late answer, or the 502, off
+// into an empty reply, and a ReadTimeout under it cuts off slow uploads
+// (cmd/server derives both from it).
 func WithTimeout(d time.Duration) Option {
 	return func(g *Gateway) {
 		if d > 0 {
@@ -149,8 +151,9 @@ func WithLogger(l *slog.Logger) Option {
 func WithMetrics(m *metrics.Metrics) Option { return func(g *Gateway) { g.metrics = m } }
 
 // NewTransport returns the default transport to the app: bounded dials,
-// TLS handshakes and waits for response headers, and pooled connections.
-// It never uses an HTTP proxy from the environment.
+// TLS handshakes and waits for response headers (DefaultTimeout; New
+// sets the gateway's timeout instead), and pooled connections. It never
+// uses an HTTP proxy from the environment.
 func NewTransport() *http.Transport {
 	return &http.Transport{
 		DialContext:           (&net.Dialer{Timeout: dialTimeout, KeepAlive: 30 * time.Second}).DialContext,
@@ -184,7 +187,9 @@ func New(upstream *url.URL, routes []Route, opts ...Option) (*Gateway, error) {
 		o(g)
 	}
 	if g.transport == nil {
-		g.transport = NewTransport()
+		t := NewTransport()
+		t.ResponseHeaderTimeout = g.timeout
+		g.transport = t
 	}
 	g.proxy = &httputil.ReverseProxy{
 		Rewrite:        g.rewrite,
@@ -218,17 +223,24 @@ type route struct {
 func (rt *route) ServeHTTP(w http.ResponseWriter, r *http.Request) { rt.handler.ServeHTTP(w, r) }
 
 // ServeHTTP removes client-sent copies of the headers the gateway vouches
-// for, then sends r through its route's policy to the app, or straight to
-// the app when no route matches. A request whose path is not in
-// canonical form (such as /a/../orders) but whose canonical path is
-// routed is redirected there (307), so the policy cannot be bypassed by
-// spelling the path another way.
+// for and uppercases the method (many apps read "post" as POST), then
+// sends r through its route's policy to the app, or straight to the app
+// when no route matches. A request that is another spelling of a routed
+// path is redirected (307) to the routed one, so a policy cannot be
+// bypassed by spelling the path another way: a path ServeMux would
+// redirect to a routed pattern (dot segments, repeated slashes, a
+// subtree's path without its trailing slash), and a path whose
+// percent-decoded form is, or cleans to, a routed one (%2e%2e, %2F).
 func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	StripVerifiedHeaders(r.Header)
+	if m := strings.ToUpper(r.Method); m != r.Method {
+		r = r.WithContext(r.Context())
+		r.Method = m
+	}
 	rt, pattern, redirect := g.match(r)
 	switch {
-	case redirect != "":
-		http.Redirect(w, r, redirect, http.StatusTemporaryRedirect)
+	case redirect != nil:
+		redirect.ServeHTTP(w, r)
 	case rt != nil:
 		r2 := r.WithContext(r.Context())
 		r2.Pattern = pattern
@@ -238,49 +250,43 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// match finds r's route, or the canonical path to redirect it to.
-func (g *Gateway) match(r *http.Request) (rt *route, pattern, redirect string) {
+// match finds r's route, or the redirect to its routed spelling. Both
+// come from the ServeMux: ServeMux.Handler answers a path it would
+// redirect (one not in canonical form, or a subtree's path without its
+// slash) with a redirect handler and the pattern of the path it redirects
+// to, which is a route's, as the mux holds nothing else. ServeMux cleans
+// the path as sent, without decoding it, while an app (or a server in
+// front of it, such as nginx) may decode %2e%2e or %2F before it resolves
+// dot segments: so the decoded path, escaped again, is looked up too, and
+// a request whose decoded path is routed or redirected to a route is
+// redirected there.
+func (g *Gateway) match(r *http.Request) (rt *route, pattern string, redirect http.Handler) {
 	h, pattern := g.mux.Handler(r)
 	if rt, ok := h.(*route); ok {
-		return rt, pattern, ""
+		return rt, pattern, nil
 	}
 	if r.Method == http.MethodConnect {
-		return nil, "", ""
+		return nil, "", nil
 	}
-	esc := r.URL.EscapedPath()
-	clean := cleanPath(esc)
-	if clean == esc {
-		return nil, "", ""
+	if pattern != "" {
+		return nil, "", h
 	}
-	u, err := url.ParseRequestURI(clean)
-	if err != nil {
-		return nil, "", ""
+	decoded := &url.URL{Path: r.URL.Path, RawQuery: r.URL.RawQuery}
+	if decoded.EscapedPath() == r.URL.EscapedPath() {
+		return nil, "", nil
 	}
 	r2 := r.WithContext(r.Context())
-	r2.URL = u
-	if h, _ := g.mux.Handler(r2); h != nil {
-		if _, ok := h.(*route); ok {
-			u.RawQuery = r.URL.RawQuery
-			return nil, "", u.String()
-		}
+	r2.URL = decoded
+	h, pattern = g.mux.Handler(r2)
+	if _, ok := h.(*route); ok {
+		// The decoded path is routed, hence canonical: a Location
+		// that cannot start with //.
+		return nil, "", http.RedirectHandler(decoded.String(), http.StatusTemporaryRedirect)
 	}
-	return nil, "", ""
-}
-
-// cleanPath is ServeMux's canonical form of a path: no . or ..
-// elements, no repeated slashes, the trailing slash kept.
-func cleanPath(p string) string {
-	if p == "" {
-		return "/"
+	if pattern != "" {
+		return nil, "", h
 	}
-	if p[0] != '/' {
-		p = "/" + p
-	}
-	np := path.Clean(p)
-	if p[len(p)-1] == '/' && np != "/" {
-		np += "/"
-	}
-	return np
+	return nil, "", nil
 }
 
 // StripVerifiedHeaders removes the headers only the gateway may set
@@ -334,7 +340,7 @@ func (g *Gateway) policy(rt Route) (http.Handler, error) {
 		keeper := g.routeKeeper(rt)
 		guard := tokenGuard(g.tokens, keeper, g.metrics)
 		inner := guard.RequireTokenHandler(rt.Purpose)(restoreBody(g.recorded()))
-		return bufferForm(int64(keeper.MaxBody()), inner), nil
+		return bufferTokenless(int64(keeper.MaxBody()), inner), nil
 	case PolicySignature:
 		if g.verifier == nil {
 			return nil, errors.New("policy signature needs a replay.Verifier (WithVerifier)")
@@ -435,9 +441,13 @@ type noFlush struct{ http.ResponseWriter }
 // rewrite builds the request to the app: the upstream's URL, the
 // X-Forwarded-* headers from what the gateway saw (client-sent ones and
 // Forwarded were removed by ReverseProxy), the verified facts, and the
-// request ID.
+// request ID. A request whose method is not safe is made one the
+// transport never resends (sendOnce).
 func (g *Gateway) rewrite(pr *httputil.ProxyRequest) {
 	pr.SetURL(g.upstream)
+	if !safeMethod(pr.Out.Method) {
+		sendOnce(pr.Out)
+	}
 	pr.SetXForwarded()
 	if ip := g.clientIP(pr.In); ip != "" {
 		pr.Out.Header.Set("X-Forwarded-For", ip)
@@ -454,6 +464,46 @@ func (g *Gateway) rewrite(pr *httputil.ProxyRequest) {
 	}
 	if id := handlers.RequestID(ctx); id != "" {
 		pr.Out.Header.Set(handlers.RequestIDHeader, id)
+	}
+}
+
+// safeMethod reports whether net/http's Transport may resend a request
+// with method m whatever its headers: GET, HEAD, OPTIONS and TRACE.
+func safeMethod(m string) bool {
+	return m == http.MethodGet || m == http.MethodHead || m == http.MethodOptions || m == http.MethodTrace
+}
+
+// idempotencyHeaders are the headers that make net/http's Transport
+// treat a request of any method as replayable.
+var idempotencyHeaders = []string{"Idempotency-Key", "X-Idempotency-Key"}
+
+// sendOnce stops net/http's Transport from sending out again on a new
+// connection when a reused keep-alive connection breaks after out was
+// written: the app may have run it. Over HTTP/1 the Transport resends a
+// request of an unsafe method when its body is nil or can be rewound
+// with GetBody and it carries Idempotency-Key or X-Idempotency-Key
+// (Request.isReplayable), which is every recorded request
+// (IdempotencyGuard sets GetBody).
+//
+// So GetBody is dropped, and a body is never sent twice (over HTTP/2
+// either, whose Transport rewinds a body with GetBody to retry a stream
+// the app reset). That leaves requests without a body: an empty body
+// that is not http.NoBody would make them unreplayable too, but would go
+// out chunked for POST, PUT and PATCH (no Content-Length). Instead the
+// two headers move to lowercase names: the Transport checks for them
+// under their canonical names only, while header names are
+// case-insensitive to every app (and lowercase on the wire over HTTP/2),
+// so the app gets the headers and the framing the client sent. The
+// Transport still retries a body-less request of which nothing was
+// written.
+func sendOnce(out *http.Request) {
+	out.GetBody = nil
+	for _, name := range idempotencyHeaders {
+		if vs, ok := out.Header[name]; ok {
+			delete(out.Header, name)
+			lower := strings.ToLower(name)
+			out.Header[lower] = append(out.Header[lower], vs...)
+		}
 	}
 }
 
@@ -508,27 +558,33 @@ func patternMethod(pattern string) string {
 
 type bodyKey struct{}
 
-// bufferForm reads the body of a form request without an
-// Idempotency-Token header, at most limit bytes, so the Guard can parse
-// the idempotency_token field and restoreBody can hand the app the body
-// as the client sent it. Other requests keep their body as a stream.
-func bufferForm(limit int64, next http.Handler) http.Handler {
+// bufferTokenless reads the body of a request without an
+// Idempotency-Token header, at most limit bytes (413 over it), so the
+// Guard can look for the idempotency_token form field in it and
+// restoreBody can hand the app the body as the client sent it. Whatever
+// its Content-Type says: net/http parses a form even from
+// "application/x-www-form-urlencoded; foo", whose parameter
+// mime.ParseMediaType refuses, and a Guard reading an unbuffered body
+// would consume it, up to net/http's 10 MB. Requests with the header
+// keep their body as a stream.
+func bufferTokenless(limit int64, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Header.Get(handlers.TokenHeader) != "" || !isForm(r.Header.Get("Content-Type")) || r.Body == nil || r.Body == http.NoBody {
+		if r.Header.Get(handlers.TokenHeader) != "" || r.Body == nil || r.Body == http.NoBody {
 			next.ServeHTTP(w, r)
 			return
 		}
+		tooLarge := fmt.Errorf("%w: the body is over %d bytes, the most this route reads", handlers.ErrTooLarge, limit)
 		if r.ContentLength > limit {
-			handlers.WriteProblem(w, r, fmt.Errorf("%w: the body is over %d bytes, the most this route reads", handlers.ErrTooLarge, limit))
+			handlers.WriteProblem(w, r, tooLarge)
 			return
 		}
-		data, err := io.ReadAll(io.LimitReader(r.Body, limit+1))
+		data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
 		if err != nil {
+			if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
+				handlers.WriteProblem(w, r, tooLarge)
+				return
+			}
 			handlers.WriteProblem(w, r, fmt.Errorf("%w: reading the body: %v", handlers.ErrBadRequest, err))
-			return
-		}
-		if int64(len(data)) > limit {
-			handlers.WriteProblem(w, r, fmt.Errorf("%w: the body is over %d bytes, the most this route reads", handlers.ErrTooLarge, limit))
 			return
 		}
 		_ = r.Body.Close()
@@ -543,7 +599,8 @@ func bufferForm(limit int64, next http.Handler) http.Handler {
 	})
 }
 
-// restoreBody gives the request the body bufferForm read, unread again.
+// restoreBody gives the request the body bufferTokenless read, unread
+// again.
 func restoreBody(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if data, ok := r.Context().Value(bodyKey{}).([]byte); ok {
@@ -552,11 +609,4 @@ func restoreBody(next http.Handler) http.Handler {
 		}
 		next.ServeHTTP(w, r)
 	})
-}
-
-// isForm reports whether a Content-Type is one the Guard reads a form
-// field from.
-func isForm(contentType string) bool {
-	mt, _, err := mime.ParseMediaType(contentType)
-	return err == nil && (mt == "application/x-www-form-urlencoded" || mt == "multipart/form-data")
 }

@@ -1,7 +1,9 @@
 package gateway_test
 
 import (
+	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -12,6 +14,8 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -165,6 +169,9 @@ const routingRoutes = `routes:
   - match: "POST shop.test/hosted"
     policy: idempotency_key
     required: true
+  - match: "POST /admin/"
+    policy: idempotency_key
+    required: true
 `
 
 func TestRouting(t *testing.T) {
@@ -192,6 +199,20 @@ func TestRouting(t *testing.T) {
 		{"a dot to a routed path redirects", "POST", "/./orders", "", 307, "", "/orders", false},
 		{"a dot segment to a routed path redirects", "POST", "/x/../orders?a=1", "", 307, "", "/orders?a=1", false},
 		{"an unclean unrouted path passes through as sent", "POST", "/x/../comments", "", 201, "", "", true},
+		{"a leading doubled slash redirects", "POST", "//orders", "", 307, "", "/orders", false},
+		{"a doubled slash inside redirects", "POST", "/admin//x", "", 307, "", "/admin/x", false},
+		{"an encoded dot-dot segment redirects", "POST", "/x/%2e%2e/orders", "", 307, "", "/orders", false},
+		{"an encoded dot-dot segment in capitals redirects", "POST", "/x/%2E%2E/orders?a=1", "", 307, "", "/orders?a=1", false},
+		{"a half-encoded dot-dot segment redirects", "POST", "/x/.%2e/orders", "", 307, "", "/orders", false},
+		{"an encoded dot segment redirects", "POST", "/%2e/orders", "", 307, "", "/orders", false},
+		{"encoded slashes around dots redirect", "POST", "/x%2F..%2Forders", "", 307, "", "/orders", false},
+		{"an encoded slash into a subtree redirects", "POST", "/admin%2Fusers", "", 307, "", "/admin/users", false},
+		{"an escaped letter is the same path", "POST", "/%6Frders", "", 400, "idempotency_key_missing", "", false},
+		{"a subtree's path without its slash redirects", "POST", "/admin", "", 307, "", "/admin/", false},
+		{"an encoded unclean unrouted path passes through as sent", "POST", "/x/%2e%2e/comments", "", 201, "", "", true},
+		{"a lowercase method is routed", "post", "/orders", "", 400, "idempotency_key_missing", "", false},
+		{"a mixed-case method is routed", "Post", "/checkout", "", 400, "invalid_request", "", false},
+		{"a lowercase method reaches the app in capitals", "get", "/orders", "", 201, "", "", true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -200,6 +221,9 @@ func TestRouting(t *testing.T) {
 			req.URL.Opaque = tc.path // sent exactly as written
 			if p, q, ok := strings.Cut(tc.path, "?"); ok {
 				req.URL.Opaque, req.URL.RawQuery = p, q
+			}
+			if strings.HasPrefix(tc.path, "//") { // an Opaque "//x" is sent as the URL http://x
+				req.URL.Opaque, req.URL.Path = "", tc.path
 			}
 			if tc.host != "" {
 				req.Host = tc.host
@@ -221,8 +245,8 @@ func TestRouting(t *testing.T) {
 			if reached := len(got) > 0; reached != tc.reachesApp {
 				t.Fatalf("reached the app: %v, want %v", reached, tc.reachesApp)
 			}
-			if tc.reachesApp && got[0].Path != tc.path {
-				t.Fatalf("the app got %s, want %s as sent", got[0].Path, tc.path)
+			if tc.reachesApp && (got[0].Path != tc.path || got[0].Method != strings.ToUpper(tc.method)) {
+				t.Fatalf("the app got %s %s, want %s %s", got[0].Method, got[0].Path, strings.ToUpper(tc.method), tc.path)
 			}
 		})
 	}
@@ -396,6 +420,20 @@ func TestTokenPolicy(t *testing.T) {
 		}
 	})
 
+	t.Run("a form whose Content-Type has an unparseable parameter: the app gets the body as sent", func(t *testing.T) {
+		is := issue("checkout")
+		body := "item=book&idempotency_token=" + url.QueryEscape(is.Token)
+		before := len(a.requests())
+		status, _, resp := do(t, newRequest(t, "POST", gw.URL+"/checkout", body, "Content-Type", "application/x-www-form-urlencoded; foo"))
+		if status != http.StatusCreated {
+			t.Fatalf("= %d %s", status, resp)
+		}
+		got := a.requests()[before:]
+		if len(got) != 1 || got[0].Body != body || got[0].Header.Get(gateway.TokenIDHeader) != is.ID {
+			t.Fatalf("the app got %+v", got)
+		}
+	})
+
 	t.Run("a header token: the body streams through untouched", func(t *testing.T) {
 		is := issue("checkout")
 		body := strings.Repeat("x", 4096) // over max_body: not read, since the header has the token
@@ -429,6 +467,18 @@ func TestTokenPolicy(t *testing.T) {
 		}, 401, "token_invalid"},
 		{"a form over max_body", func() *http.Request {
 			return newRequest(t, "POST", gw.URL+"/checkout", "idempotency_token="+issue("checkout").Token+"&pad="+strings.Repeat("p", 1024), "Content-Type", "application/x-www-form-urlencoded")
+		}, 413, "payload_too_large"},
+		{"a form over max_body with an unparseable Content-Type", func() *http.Request {
+			return newRequest(t, "POST", gw.URL+"/checkout", "idempotency_token="+issue("checkout").Token+"&pad="+strings.Repeat("p", 1024), "Content-Type", "application/x-www-form-urlencoded; foo")
+		}, 413, "payload_too_large"},
+		{"a chunked form over max_body", func() *http.Request {
+			req := newRequest(t, "POST", gw.URL+"/checkout", "", "Content-Type", "application/x-www-form-urlencoded")
+			req.Body = io.NopCloser(strings.NewReader("idempotency_token=" + issue("checkout").Token + "&pad=" + strings.Repeat("p", 1024)))
+			req.ContentLength = -1
+			return req
+		}, 413, "payload_too_large"},
+		{"a tokenless body over max_body", func() *http.Request {
+			return newRequest(t, "POST", gw.URL+"/checkout", `{"pad":"`+strings.Repeat("p", 1024)+`"}`, "Content-Type", "application/json")
 		}, 413, "payload_too_large"},
 	}
 	for _, tc := range refusals {
@@ -494,16 +544,22 @@ func TestRecordedRequestOutlivesItsClient(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	gone := make(chan struct{}, 1) // the gateway saw its client go away
+	gone := make(chan struct{}, 1)   // the gateway saw the first request's client go away
+	firstDone := make(chan struct{}) // the first request's ServeHTTP returned: its record is finished
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("X-Attempt") != "first" {
+			gw.ServeHTTP(w, r)
+			return
+		}
 		stop := context.AfterFunc(r.Context(), func() { gone <- struct{}{} })
 		defer stop()
 		gw.ServeHTTP(w, r)
+		close(firstDone)
 	}))
 	t.Cleanup(srv.Close)
 
 	ctx, cancel := context.WithCancel(context.Background())
-	req := newRequest(t, "POST", srv.URL+"/orders", "{}", "Idempotency-Key", `"k1"`).WithContext(ctx)
+	req := newRequest(t, "POST", srv.URL+"/orders", "{}", "Idempotency-Key", `"k1"`, "X-Attempt", "first").WithContext(ctx)
 	gave := make(chan error, 1)
 	go func() {
 		resp, err := http.DefaultClient.Do(req)
@@ -522,19 +578,16 @@ func TestRecordedRequestOutlivesItsClient(t *testing.T) {
 	a.respond = func(w http.ResponseWriter, r *http.Request) { t.Error("the retry ran the app again") }
 	a.mu.Unlock()
 	close(finish)
+	<-firstDone
 
-	// The retry gets the first execution's answer once it is recorded:
-	// 409 request_in_progress until then.
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		status, h, body := do(t, newRequest(t, "POST", srv.URL+"/orders", "{}", "Idempotency-Key", `"k1"`))
-		if status == http.StatusCreated && body == "order 1" && h.Get("Idempotent-Replayed") == "true" {
-			break
-		}
-		if status != http.StatusConflict || problemCode(body) != "request_in_progress" || time.Now().After(deadline) {
-			t.Fatalf("retry = %d %s", status, body)
-		}
-		time.Sleep(10 * time.Millisecond) // polling a real connection's outcome
+	// The retry gets the first execution's answer, recorded although its
+	// client had gone.
+	status, h, body := do(t, newRequest(t, "POST", srv.URL+"/orders", "{}", "Idempotency-Key", `"k1"`))
+	if status != http.StatusCreated || body != "order 1" || h.Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("retry = %d %v %s, want the first answer replayed", status, h, body)
+	}
+	if n := len(a.requests()); n != 1 {
+		t.Fatalf("the app ran %d times", n)
 	}
 }
 
@@ -570,15 +623,74 @@ func TestUpstreamUnavailable(t *testing.T) {
 	}
 }
 
+// TestUpstreamTimeout: WithTimeout bounds the wait for the app: an answer
+// inside it is proxied, past it the client gets 502. Only the timeout
+// itself takes real time: the app answers when the test lets it.
 func TestUpstreamTimeout(t *testing.T) {
-	a := newApp(t)
-	release := make(chan struct{})
-	t.Cleanup(func() { close(release) })
-	a.respond = func(w http.ResponseWriter, r *http.Request) { <-release }
-	gw := serve(t, a.url(t), "", gateway.WithTimeout(50*time.Millisecond))
-	status, _, body := do(t, newRequest(t, "GET", gw.URL+"/slow", ""))
-	if status != http.StatusBadGateway || problemCode(body) != "upstream_unavailable" {
-		t.Fatalf("= %d %s", status, body)
+	const timeout = 300 * time.Millisecond
+	for _, tc := range []struct {
+		name   string
+		answer bool // the app answers as soon as it has the request; else only after the 502
+		status int
+	}{
+		{"an answer inside the timeout is proxied", true, http.StatusCreated},
+		{"no answer inside the timeout is 502", false, http.StatusBadGateway},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a := newApp(t)
+			started, release := make(chan struct{}), make(chan struct{})
+			a.respond = func(w http.ResponseWriter, r *http.Request) {
+				close(started)
+				<-release
+				w.WriteHeader(http.StatusCreated)
+			}
+			gw := serve(t, a.url(t), "", gateway.WithTimeout(timeout))
+			if tc.answer {
+				go func() {
+					<-started
+					close(release)
+				}()
+			} else {
+				t.Cleanup(func() { close(release) })
+			}
+			begin := time.Now()
+			status, _, body := do(t, newRequest(t, "GET", gw.URL+"/slow", ""))
+			if status != tc.status || (status == http.StatusBadGateway && problemCode(body) != "upstream_unavailable") {
+				t.Fatalf("= %d %s, want %d", status, body, tc.status)
+			}
+			if elapsed := time.Since(begin); !tc.answer && elapsed < timeout {
+				t.Fatalf("502 after %v, before the timeout %v", elapsed, timeout)
+			}
+		})
+	}
+}
+
+// TestTimeoutBoundsResponseHeaders: the default transport waits for the
+// app's response headers as long as WithTimeout allows, not a fixed 30s.
+func TestTimeoutBoundsResponseHeaders(t *testing.T) {
+	up := &url.URL{Scheme: "http", Host: "127.0.0.1:1"}
+	for _, tc := range []struct {
+		name string
+		opts []gateway.Option
+		want time.Duration
+	}{
+		{"default", nil, gateway.DefaultTimeout},
+		{"longer", []gateway.Option{gateway.WithTimeout(2 * time.Minute)}, 2 * time.Minute},
+		{"shorter", []gateway.Option{gateway.WithTimeout(time.Second)}, time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			gw, err := gateway.New(up, nil, tc.opts...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			tr, ok := gateway.TransportOf(gw).(*http.Transport)
+			if !ok {
+				t.Fatalf("the default transport is a %T", gateway.TransportOf(gw))
+			}
+			if tr.ResponseHeaderTimeout != tc.want {
+				t.Fatalf("ResponseHeaderTimeout = %v, want %v", tr.ResponseHeaderTimeout, tc.want)
+			}
+		})
 	}
 }
 
@@ -649,6 +761,155 @@ func TestUnknownOutcomeAbandonsTheRecord(t *testing.T) {
 			}
 			if n := len(a.requests()); n != 2 {
 				t.Fatalf("the app ran %d times, want 2 (the first, then one retry after the lease)", n)
+			}
+		})
+	}
+}
+
+// rawApp is an upstream on a bare TCP listener, for a failure net/http's
+// server cannot produce: it reads each request, notes how it was framed
+// and answers 201, except that the first request with Idempotency-Key
+// (or X-Idempotency-Key) dropKey is read (the app ran it) and its connection closed without an
+// answer.
+type rawApp struct {
+	ln      net.Listener
+	dropKey string
+	mu      sync.Mutex
+	conns   int
+	got     []rawRequest
+}
+
+// rawRequest is one request as rawApp read it off the wire.
+type rawRequest struct {
+	Method, Key, ContentLength string
+	Chunked                    bool
+	Body                       string
+}
+
+func newRawApp(t *testing.T, dropKey string) *rawApp {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ln.Close() })
+	a := &rawApp{ln: ln, dropKey: dropKey}
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			a.mu.Lock()
+			a.conns++
+			a.mu.Unlock()
+			go a.serve(c)
+		}
+	}()
+	return a
+}
+
+func (a *rawApp) serve(c net.Conn) {
+	defer c.Close()
+	br := bufio.NewReader(c)
+	for {
+		req, err := http.ReadRequest(br)
+		if err != nil {
+			return
+		}
+		body, err := io.ReadAll(req.Body)
+		if err != nil {
+			return
+		}
+		key := req.Header.Get("Idempotency-Key") + req.Header.Get("X-Idempotency-Key")
+		a.mu.Lock()
+		a.got = append(a.got, rawRequest{req.Method, key, req.Header.Get("Content-Length"), slices.Contains(req.TransferEncoding, "chunked"), string(body)})
+		drop := key == a.dropKey && len(a.with(key)) == 1
+		a.mu.Unlock()
+		if drop {
+			return // the app ran the request, and its answer is lost with the connection
+		}
+		if _, err := io.WriteString(c, "HTTP/1.1 201 Created\r\nContent-Length: 2\r\n\r\nok"); err != nil {
+			return
+		}
+	}
+}
+
+// with returns the requests with the key key; a.mu must be held.
+func (a *rawApp) with(key string) []rawRequest {
+	var rs []rawRequest
+	for _, r := range a.got {
+		if r.Key == key {
+			rs = append(rs, r)
+		}
+	}
+	return rs
+}
+
+func (a *rawApp) url() *url.URL { return &url.URL{Scheme: "http", Host: a.ln.Addr().String()} }
+
+// TestUnsafeRequestIsNeverResent: net/http's Transport resends a request
+// it deems replayable (a body it can rewind and an Idempotency-Key
+// header, or no body and that header) when a reused keep-alive
+// connection dies after the request was written. The app may have run
+// it, so the gateway must not let it: the app sees the request once, the
+// client gets 502 and a recorded route's record is abandoned.
+func TestUnsafeRequestIsNeverResent(t *testing.T) {
+	const routes = `routes:
+  - {match: "POST /orders", policy: idempotency_key, required: true}
+  - {match: "PATCH /orders/{id}", policy: idempotency_key, required: true}
+`
+	tests := []struct {
+		name, method, path, body string
+		header                   string // the key's header; Idempotency-Key when ""
+		recorded                 bool
+	}{
+		{"a routed POST with a body", "POST", "/orders", `{"item":"book"}`, "", true},
+		{"a routed POST without a body", "POST", "/orders", "", "", true},
+		{"a routed PATCH without a body", "PATCH", "/orders/7", "", "", true},
+		{"an unrouted POST with a body", "POST", "/comments", "text=hi", "", false},
+		{"an unrouted DELETE without a body", "DELETE", "/orders/7", "", "", false},
+		{"an unrouted POST without a body, with X-Idempotency-Key", "POST", "/comments", "", "X-Idempotency-Key", false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			a := newRawApp(t, `"k2"`)
+			// One connection at most, so that the request after the
+			// warm-up surely goes on the warm, reused connection.
+			tr := gateway.NewTransport()
+			tr.MaxConnsPerHost = 1
+			t.Cleanup(tr.CloseIdleConnections)
+			d := newDeps(t)
+			gw := serve(t, a.url(), routes, gateway.WithKeeper(d.keeper), gateway.WithTransport(tr))
+			header := cmp.Or(tc.header, "Idempotency-Key")
+			send := func(key string) (int, http.Header, string) {
+				return do(t, newRequest(t, tc.method, gw.URL+tc.path, tc.body, header, key, "Content-Type", "application/json"))
+			}
+			if status, _, body := send(`"k1"`); status != http.StatusCreated {
+				t.Fatalf("warm-up = %d %s", status, body)
+			}
+			status, _, body := send(`"k2"`)
+			if status != http.StatusBadGateway || problemCode(body) != "upstream_unavailable" {
+				t.Fatalf("= %d %s, want 502 upstream_unavailable", status, body)
+			}
+			if tc.recorded {
+				status, _, body := send(`"k2"`)
+				if status != http.StatusConflict || problemCode(body) != "request_in_progress" {
+					t.Fatalf("duplicate = %d %s, want 409 request_in_progress: the app may have run the request", status, body)
+				}
+			}
+			a.mu.Lock()
+			defer a.mu.Unlock()
+			got := a.with(`"k2"`)
+			if len(got) != 1 || a.conns != 1 {
+				t.Fatalf("the app got the request %d times on %d connections, want once on the warm one", len(got), a.conns)
+			}
+			r := got[0]
+			if r.Method != tc.method || r.Body != tc.body || r.Chunked {
+				t.Fatalf("the app got %+v, want %s with the body %q, not chunked", r, tc.method, tc.body)
+			}
+			if tc.method != http.MethodDelete && r.ContentLength != strconv.Itoa(len(tc.body)) {
+				t.Fatalf("the app got Content-Length %q, want %d", r.ContentLength, len(tc.body))
 			}
 		})
 	}

@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/replayguard/replayguard/gateway"
 	"github.com/replayguard/replayguard/handlers"
 	"github.com/replayguard/replayguard/internal/testenv"
 	"github.com/replayguard/replayguard/replay"
@@ -139,6 +140,32 @@ func gatewayScenarios(t *testing.T, gw string, up *upstreamProc, secret []byte) 
 			t.Fatalf("= %d %s", r.status, r.body)
 		}
 		up.wantCount(t, "orders-keyless", 0)
+	})
+
+	t.Run("idempotency_key: other spellings of the path and method get the policy", func(t *testing.T) {
+		tests := []struct {
+			method, path string
+			status       int
+			code         string // problem code, when refused
+			location     string // redirect target
+		}{
+			{"POST", "/x/%2e%2e/orders", 307, "", "/orders"},
+			{"POST", "/x/%2E%2E/orders", 307, "", "/orders"},
+			{"POST", "/%2e/orders", 307, "", "/orders"},
+			{"POST", "/x/../orders", 307, "", "/orders"},
+			{"POST", "/x/..//orders", 307, "", "/orders"},
+			{"post", "/orders", 400, "idempotency_key_missing", ""},
+			{"Post", "/orders", 400, "idempotency_key_missing", ""},
+		}
+		for _, tc := range tests {
+			req := newReq(t, tc.method, gw, `{}`, "X-Test-Case", "orders-spelled")
+			req.URL.Opaque = tc.path // sent exactly as written
+			r := try(req)
+			if r.err != nil || r.status != tc.status || r.code() != tc.code || r.header.Get("Location") != tc.location {
+				t.Errorf("%s %s = %d %q %v, want %d %q Location %q", tc.method, tc.path, r.status, r.body, r.err, tc.status, tc.code, tc.location)
+			}
+		}
+		up.wantCount(t, "orders-spelled", 0)
 	})
 
 	t.Run("idempotency_key: a 5xx is not stored, so the retry runs", func(t *testing.T) {
@@ -600,4 +627,43 @@ func TestReplayguardPaths(t *testing.T) {
 			t.Errorf("replayguardPath(%q) = %v, want %v", path, got, want)
 		}
 	}
+}
+
+// TestServerTimeouts: in gateway mode a request may wait for its body and
+// then for the app, each up to the gateway's timeout, so the server's
+// read and write timeouts must outlast them (else the app's late answer,
+// or the 502, becomes an empty reply); outside it they stay short.
+func TestServerTimeouts(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		upstream time.Duration
+	}{
+		{"the default gateway timeout", gateway.DefaultTimeout},
+		{"a long gateway timeout", 5 * time.Minute},
+		{"a short gateway timeout", time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := newServer(http.NotFoundHandler(), tc.upstream)
+			if srv.ReadHeaderTimeout != 5*time.Second {
+				t.Errorf("ReadHeaderTimeout = %v, want 5s", srv.ReadHeaderTimeout)
+			}
+			// ReadTimeout runs from the request's first byte: the
+			// headers, then a body that may stream to the app for as
+			// long as the gateway waits for it.
+			if srv.ReadTimeout < srv.ReadHeaderTimeout+tc.upstream {
+				t.Errorf("ReadTimeout = %v, under ReadHeaderTimeout + the gateway timeout %v", srv.ReadTimeout, tc.upstream)
+			}
+			// WriteTimeout runs from the end of the headers: the body
+			// (buffered first on recorded routes), then the app.
+			if srv.WriteTimeout <= srv.ReadTimeout+tc.upstream {
+				t.Errorf("WriteTimeout = %v, not over ReadTimeout %v + the gateway timeout %v", srv.WriteTimeout, srv.ReadTimeout, tc.upstream)
+			}
+		})
+	}
+	t.Run("outside gateway mode the timeouts stay short", func(t *testing.T) {
+		srv := newServer(http.NotFoundHandler(), 0)
+		if srv.ReadHeaderTimeout != 5*time.Second || srv.ReadTimeout != 10*time.Second || srv.WriteTimeout != 15*time.Second || srv.IdleTimeout != time.Minute {
+			t.Fatalf("timeouts = %v, %v, %v, %v, want 5s, 10s, 15s, 1m", srv.ReadHeaderTimeout, srv.ReadTimeout, srv.WriteTimeout, srv.IdleTimeout)
+		}
+	})
 }

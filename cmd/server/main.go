@@ -140,8 +140,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, out io.
 	if err != nil {
 		return fmt.Errorf("REPLAYGUARD_TRUSTED_PROXIES: %w", err)
 	}
+	var upstreamTimeout time.Duration // 0: not a gateway
 	if cfg.Upstream != nil {
+		upstreamTimeout = gateway.DefaultTimeout
 		gw, err := gateway.New(cfg.Upstream, cfg.Routes,
+			gateway.WithTimeout(upstreamTimeout),
 			gateway.WithKeeper(keeper),
 			gateway.WithTokens(svc),
 			gateway.WithVerifier(ver),
@@ -164,15 +167,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, out io.
 	if err != nil {
 		return fmt.Errorf("REPLAYGUARD_ADDR: %w", err)
 	}
-	srv := &http.Server{
-		Handler:           engine,
-		ReadHeaderTimeout: 5 * time.Second,
-		ReadTimeout:       10 * time.Second,
-		WriteTimeout:      15 * time.Second,
-		IdleTimeout:       60 * time.Second,
-		MaxHeaderBytes:    16 << 10,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
-	}
+	srv := newServer(engine, upstreamTimeout)
+	srv.ErrorLog = slog.NewLogLogger(log.Handler(), slog.LevelWarn)
 	log.Info("replayguard listening", "addr", ln.Addr().String(), "signing_kid", svc.SigningKeyID())
 	_ = logs.Flush() // start-up lines now, not at the first tick
 	if onListen != nil {
@@ -195,6 +191,42 @@ func run(ctx context.Context, args []string, getenv func(string) string, out io.
 	}
 	log.Info("replayguard stopped")
 	return nil
+}
+
+// Server timeouts. Outside gateway mode every request is Replayguard's
+// own, and short.
+const (
+	readHeaderTimeout = 5 * time.Second
+	readTimeout       = 10 * time.Second
+	writeTimeout      = 15 * time.Second
+	idleTimeout       = 60 * time.Second
+	// gatewayMargin is what a gateway request may take beyond its body
+	// and the app: store calls, and writing the response out.
+	gatewayMargin = 5 * time.Second
+)
+
+// newServer returns the HTTP server for h; upstream is the gateway's
+// timeout towards the app, 0 outside gateway mode. In gateway mode a
+// request's body may take as long as upstream to arrive (it streams to
+// the app, or is read first on routes that need it), and the app's answer
+// as long again: ReadTimeout, from the request's first byte, allows the
+// headers and then upstream; WriteTimeout, from the end of the headers,
+// allows the body, then the app, then gatewayMargin. Neither is ever
+// shorter than outside gateway mode.
+func newServer(h http.Handler, upstream time.Duration) *http.Server {
+	read, write := readTimeout, writeTimeout
+	if upstream > 0 {
+		read = max(read, readHeaderTimeout+upstream)
+		write = max(write, read+upstream+gatewayMargin)
+	}
+	return &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: readHeaderTimeout,
+		ReadTimeout:       read,
+		WriteTimeout:      write,
+		IdleTimeout:       idleTimeout,
+		MaxHeaderBytes:    16 << 10,
+	}
 }
 
 // replayguardPath reports whether path belongs to Replayguard's own API,
