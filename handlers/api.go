@@ -3,9 +3,11 @@ package handlers
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -269,6 +271,10 @@ type redeemResponse struct {
 	Subject string `json:"subject"`
 	// Response is the recorded response, on "replayed" answers only.
 	Response *recordedResponse `json:"response,omitempty"`
+	// Lease names the execution a "record": true redemption started: sent
+	// back with /complete or /release, it makes sure they end this
+	// execution's record and never a later one's. Set on that answer only.
+	Lease string `json:"lease,omitempty"`
 	// LeaseExpiresAt is when the record a "record": true redemption opened
 	// stops blocking duplicates, RFC 3339 UTC: complete or release it
 	// before then. Not renewed; set on that answer only.
@@ -322,7 +328,7 @@ func (a *API) redeem(c *gin.Context) {
 			fail(c, err)
 			return
 		}
-		a.redeemed(c, claims, time.Time{})
+		a.redeemed(c, claims, "", time.Time{})
 		return
 	}
 	claims, expired, err := checkForRecord(a.tokens, tok, body.Purpose, body.Subject)
@@ -331,11 +337,16 @@ func (a *API) redeem(c *gin.Context) {
 		fail(c, err)
 		return
 	}
-	owner, leaseEnd := "", time.Time{}
+	owner, lease, leaseEnd := "", "", time.Time{}
 	if body.Record && !expired {
+		if lease, err = newLease(); err != nil {
+			a.metrics.Redemption(specFor(err).code)
+			fail(c, err)
+			return
+		}
 		// Taken before the store computes its own from a later now, so
 		// the time told is never past the record's real lease.
-		owner, leaseEnd = apiOwner(claims.ID), a.keeper.Now().Add(a.keeper.LockTTL())
+		owner, leaseEnd = apiOwner(claims.ID, lease), a.keeper.Now().Add(a.keeper.LockTTL())
 	}
 	stored, res, err := a.keeper.OpenToken(c.Request.Context(), claims.ID, store.Token{Purpose: claims.Purpose, Subject: claims.Subject}, owner)
 	if err == nil && res == store.Recorded {
@@ -352,27 +363,47 @@ func (a *API) redeem(c *gin.Context) {
 		fail(c, err)
 		return
 	}
-	a.redeemed(c, claims, leaseEnd)
+	a.redeemed(c, claims, lease, leaseEnd)
 }
 
-// redeemed answers a redemption that succeeded; leaseEnd is the end of
-// the record it opened, zero for none.
-func (a *API) redeemed(c *gin.Context, claims token.Claims, leaseEnd time.Time) {
+// redeemed answers a redemption that succeeded; lease and leaseEnd name
+// the record it opened, empty and zero for none.
+func (a *API) redeemed(c *gin.Context, claims token.Claims, lease string, leaseEnd time.Time) {
 	a.metrics.Redemption("redeemed")
 	c.Header("Cache-Control", "no-store")
-	resp := redeemResponse{Status: "redeemed", ID: claims.ID, Purpose: claims.Purpose, Subject: claims.Subject}
+	resp := redeemResponse{Status: "redeemed", ID: claims.ID, Purpose: claims.Purpose, Subject: claims.Subject, Lease: lease}
 	if !leaseEnd.IsZero() {
 		resp.LeaseExpiresAt = leaseEnd.UTC().Truncate(time.Second).Format(time.RFC3339)
 	}
 	c.JSON(http.StatusOK, resp)
 }
 
-// apiOwner is the owner of the records the API opens: deterministic from
-// the token's ID, since /complete and /release carry only the token. So
-// when a backend outlives its lease and a duplicate reopens the record,
-// the first backend's late complete or release lands on the reopened
-// record; the README tells backends to finish within lease_expires_at.
-func apiOwner(id string) string { return "api:" + id }
+// apiOwner is the owner of a record the API opens for token id: the lease
+// its redemption answer gave the backend.
+func apiOwner(id, lease string) string { return "api:" + id + ":" + lease }
+
+// newLease returns a fresh lease: 128 random bits in hex.
+func newLease() (string, error) {
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", fmt.Errorf("%w: no randomness for a lease: %w", idempotency.ErrUnavailable, err)
+	}
+	return hex.EncodeToString(b[:]), nil
+}
+
+// finishOwner is the owner /complete and /release end the record of: the
+// one lease names, or any owner ("") when the backend sent none, as the
+// issue's contract allows. Without a lease, a backend that outlived its
+// lease may end the record a duplicate reopened meanwhile.
+func finishOwner(id, lease string) (string, error) {
+	if lease == "" {
+		return "", nil
+	}
+	if len(lease) != 32 || strings.Trim(lease, "0123456789abcdef") != "" {
+		return "", fmt.Errorf("%w: \"lease\" must be the 32 hex digits the redemption answered", ErrBadRequest)
+	}
+	return apiOwner(id, lease), nil
+}
 
 // responseOf is the API's form of a stored outcome: header values joined
 // with ", ", the body in standard base64.
@@ -387,10 +418,12 @@ func responseOf(out idempotency.Outcome) *recordedResponse {
 type completeBody struct {
 	Token    string            `json:"token"`
 	Response *recordedResponse `json:"response"`
+	Lease    string            `json:"lease"`
 }
 
 type releaseBody struct {
 	Token string `json:"token"`
+	Lease string `json:"lease"`
 }
 
 // complete serves POST /v1/tokens/complete: it stores a backend's
@@ -402,7 +435,11 @@ func (a *API) complete(c *gin.Context) {
 		if err != nil {
 			return err
 		}
-		return a.keeper.CompleteToken(c.Request.Context(), claims.ID, apiOwner(claims.ID), out)
+		owner, err := finishOwner(claims.ID, body.Lease)
+		if err != nil {
+			return err
+		}
+		return a.keeper.CompleteToken(c.Request.Context(), claims.ID, owner, out)
 	})
 }
 
@@ -411,7 +448,11 @@ func (a *API) complete(c *gin.Context) {
 func (a *API) release(c *gin.Context) {
 	var body releaseBody
 	a.finish(c, "release", "released", &body, &body.Token, func(claims token.Claims) error {
-		return a.keeper.ReleaseToken(c.Request.Context(), claims.ID, apiOwner(claims.ID))
+		owner, err := finishOwner(claims.ID, body.Lease)
+		if err != nil {
+			return err
+		}
+		return a.keeper.ReleaseToken(c.Request.Context(), claims.ID, owner)
 	})
 }
 

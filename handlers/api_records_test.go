@@ -480,3 +480,52 @@ func TestAPITokenRecordsMetrics(t *testing.T) {
 		t.Fatalf("counts = %v\nwant     %v", got, want)
 	}
 }
+
+// TestAPITokenRecordsLease: the lease a record redemption answers lets a
+// backend that outlived it find out, instead of ending the record a
+// duplicate reopened meanwhile; without a lease (the issue's contract),
+// complete and release end whoever's processing record it is.
+func TestAPITokenRecordsLease(t *testing.T) {
+	for _, sc := range apiStores {
+		t.Run(sc.name, func(t *testing.T) {
+			e := newAPIEnv(t, sc.open, []idempotency.Option{idempotency.WithLockTTL(20 * time.Second)})
+			is := e.issue("checkout", 0)
+			open := func() string {
+				t.Helper()
+				got := e.post("/v1/tokens/redeem", map[string]any{"token": is.Token, "purpose": "checkout", "record": true}, false)
+				var a struct{ Lease string }
+				if got.jsonStatus != "redeemed" || json.Unmarshal(got.raw, &a) != nil || len(a.Lease) != 32 {
+					t.Fatalf("redeem = %d %s, want redeemed with a lease", got.status, got.raw)
+				}
+				return a.Lease
+			}
+			page := map[string]any{"status": 303, "headers": map[string]string{"Location": "/orders/7"}, "body": ""}
+			first := open()
+			e.advance(21 * time.Second) // the first backend outlives its lease
+			second := open()
+			if second == first {
+				t.Fatal("the reopened record has the first one's lease")
+			}
+			for _, tc := range []struct {
+				name, path string
+				body       map[string]any
+				status     int
+				code       string
+			}{
+				{"the first backend's late release is refused", "/v1/tokens/release", map[string]any{"token": is.Token, "lease": first}, 409, "record_not_processing"},
+				{"the first backend's late complete is refused", "/v1/tokens/complete", map[string]any{"token": is.Token, "lease": first, "response": page}, 409, "record_not_processing"},
+				{"a malformed lease is refused", "/v1/tokens/complete", map[string]any{"token": is.Token, "lease": "abc", "response": page}, 400, "invalid_request"},
+				{"the duplicate is still in progress", "/v1/tokens/redeem", map[string]any{"token": is.Token, "purpose": "checkout"}, 409, "request_in_progress"},
+				{"the second backend completes with its lease", "/v1/tokens/complete", map[string]any{"token": is.Token, "lease": second, "response": page}, 204, ""},
+			} {
+				got := e.post(tc.path, tc.body, false)
+				if got.status != tc.status || got.code != tc.code {
+					t.Fatalf("%s: %d %q %s, want %d %q", tc.name, got.status, got.code, got.raw, tc.status, tc.code)
+				}
+			}
+			if got := e.post("/v1/tokens/redeem", map[string]any{"token": is.Token, "purpose": "checkout"}, false); got.jsonStatus != "replayed" || got.response == nil || got.response.Headers["Location"] != "/orders/7" {
+				t.Fatalf("after completion: %d %s", got.status, got.raw)
+			}
+		})
+	}
+}

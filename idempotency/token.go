@@ -61,7 +61,8 @@ func (k *Keeper) OpenToken(ctx context.Context, id string, want store.Token, own
 	return Outcome{}, res, nil
 }
 
-// CompleteToken completes owner's processing record of token id with out,
+// CompleteToken completes owner's processing record of token id with out
+// (an empty owner: whoever's processing record it is, see store.Store),
 // as Run.Complete does (the body is left out when over the cap; kept for
 // the retention), and consumes the token. It returns ErrNotProcessing
 // when there is no such record: none was opened, it was completed or
@@ -71,7 +72,8 @@ func (k *Keeper) CompleteToken(ctx context.Context, id, owner string, out Outcom
 	return k.complete(ctx, store.TokenRecordKey(id), owner, out, ErrNotProcessing)
 }
 
-// ReleaseToken deletes owner's processing record of token id, so that the
+// ReleaseToken deletes owner's processing record of token id (an empty
+// owner: whoever's), so that the
 // token, while it lives, can be redeemed again for a retry. Its errors
 // are CompleteToken's.
 func (k *Keeper) ReleaseToken(ctx context.Context, id, owner string) error {

@@ -161,7 +161,7 @@ type Store interface {
 
 	// Renew extends the lease of owner's processing record under key to
 	// leaseUntil. ok is false when the record is gone, completed or held
-	// by another owner.
+	// by another owner, and when owner is empty.
 	Renew(ctx context.Context, key, owner string, leaseUntil time.Time) (ok bool, err error)
 
 	// Complete turns owner's processing record under key into a completed
@@ -169,11 +169,17 @@ type Store interface {
 	// kept until keepUntil, which replaces the lease's expiry. ok is false
 	// when the record is gone, completed or held by another owner. When
 	// key is TokenRecordKey(id), the token id is deleted too.
+	//
+	// For Complete and Release, an empty owner stands for any owner: the
+	// live processing record is ended whoever holds it. It is for callers
+	// that cannot name the execution (the HTTP API's backends that do not
+	// send the lease they were given); an execution that knows its owner
+	// names it, so that it never ends a later execution's record.
 	Complete(ctx context.Context, key, owner string, response []byte, keepUntil time.Time) (ok bool, err error)
 
 	// Release deletes owner's processing record under key, so that a retry
 	// runs. ok is false when the record is gone, completed or held by
-	// another owner.
+	// another owner (an empty owner: see Complete).
 	Release(ctx context.Context, key, owner string) (ok bool, err error)
 
 	// Ping reports whether the store can serve requests now.

@@ -73,6 +73,9 @@ type Result struct {
 	Replayed bool
 	// Response is the recorded response, when Replayed.
 	Response *Response
+	// Lease names the execution RedeemRecord started: pass it to Complete
+	// or Release, so that they never end a later execution's record.
+	Lease string
 	// ID, Purpose and Subject are the redeemed token's claims.
 	ID, Purpose, Subject string
 	// Code and Detail describe a refusal (the problem's code and detail).
@@ -122,8 +125,8 @@ func (c *Client) redeem(ctx context.Context, tok, purpose, subject string, recor
 		return Result{}, err
 	}
 	var ok struct {
-		Status, ID, Purpose, Subject string
-		Response                     *Response
+		Status, ID, Purpose, Subject, Lease string
+		Response                            *Response
 	}
 	res, err := c.post(ctx, "/v1/tokens/redeem", body, &ok)
 	if err != nil {
@@ -131,7 +134,7 @@ func (c *Client) redeem(ctx context.Context, tok, purpose, subject string, recor
 	}
 	if res.Status == http.StatusOK {
 		res.Redeemed, res.Replayed = ok.Status == "redeemed", ok.Status == "replayed"
-		res.ID, res.Purpose, res.Subject = ok.ID, ok.Purpose, ok.Subject
+		res.ID, res.Purpose, res.Subject, res.Lease = ok.ID, ok.Purpose, ok.Subject, ok.Lease
 		if res.Replayed {
 			res.Response = ok.Response
 		}
@@ -140,10 +143,11 @@ func (c *Client) redeem(ctx context.Context, tok, purpose, subject string, recor
 }
 
 // Complete stores resp as the response of tok's one execution (POST
-// /v1/tokens/complete), after RedeemRecord redeemed it. It succeeded when
-// Status is 204.
-func (c *Client) Complete(ctx context.Context, tok string, resp Response) (Result, error) {
-	body, err := json.Marshal(map[string]any{"token": tok, "response": resp})
+// /v1/tokens/complete), after RedeemRecord redeemed it with lease. It
+// succeeded when Status is 204; 409 record_not_processing means the lease
+// ended first.
+func (c *Client) Complete(ctx context.Context, tok, lease string, resp Response) (Result, error) {
+	body, err := json.Marshal(map[string]any{"token": tok, "lease": lease, "response": resp})
 	if err != nil {
 		return Result{}, err
 	}
@@ -153,8 +157,8 @@ func (c *Client) Complete(ctx context.Context, tok string, resp Response) (Resul
 // Release gives tok back after its action failed (POST
 // /v1/tokens/release), so that a retry can redeem it. It succeeded when
 // Status is 204.
-func (c *Client) Release(ctx context.Context, tok string) (Result, error) {
-	body, err := json.Marshal(map[string]string{"token": tok})
+func (c *Client) Release(ctx context.Context, tok, lease string) (Result, error) {
+	body, err := json.Marshal(map[string]string{"token": tok, "lease": lease})
 	if err != nil {
 		return Result{}, err
 	}
@@ -254,7 +258,7 @@ func handle(ctx context.Context, c *Client, tok, purpose, subject string, action
 	resp, err := action(ctx)
 	if err != nil {
 		// Give the token back, so the client's retry can run the action.
-		rel, rerr := c.Release(ctx, tok)
+		rel, rerr := c.Release(ctx, tok, res.Lease)
 		switch {
 		case rerr != nil:
 			fmt.Fprintf(out, "%s: the action failed (%v); release: no answer (%v): the token is redeemable again once the lease ends\n", label, err, rerr)
@@ -267,7 +271,7 @@ func handle(ctx context.Context, c *Client, tok, purpose, subject string, action
 		return nil, 1
 	}
 	// Store the response before sending it, so a duplicate gets it.
-	done, err := c.Complete(ctx, tok, resp)
+	done, err := c.Complete(ctx, tok, res.Lease, resp)
 	switch {
 	case err != nil:
 		fmt.Fprintf(out, "%s: done, %s; complete: no answer (%v): the response may not be stored\n", label, describe(resp), err)

@@ -495,7 +495,7 @@ func (s *Store) update(ctx context.Context, key, owner string, dropToken bool, f
 		delete(sh.m, k)
 		s.n.Add(-1)
 		return false, nil
-	case e.rec == nil || e.rec.completed || e.rec.owner != owner:
+	case e.rec == nil || e.rec.completed || (owner != "" && e.rec.owner != owner):
 		return false, nil
 	}
 	if id, ok := strings.CutPrefix(k, store.TokenRecordPrefix); ok && dropToken {
@@ -518,6 +518,9 @@ func (s *Store) update(ctx context.Context, key, owner string, dropToken bool, f
 // Renew implements store.Store. A leaseUntil that has already passed ends
 // the record at once: ok is true and the next Acquire acquires.
 func (s *Store) Renew(ctx context.Context, key, owner string, leaseUntil time.Time) (bool, error) {
+	if owner == "" { // only Complete and Release take "" for any owner
+		return false, s.check(ctx)
+	}
 	exp := leaseUntil.UnixNano()
 	return s.update(ctx, key, owner, false, func(e entry) entry {
 		e.exp = exp

@@ -6,7 +6,7 @@
 -- KEYS[2]  for a token's record only: the token key,
 --          prefix .. "t:{" .. id .. "}", deleted with the completion so
 --          that the token cannot come back when the record expires
--- ARGV[1]  the owner
+-- ARGV[1]  the owner; empty for any owner
 -- ARGV[2]  the response, any bytes
 -- ARGV[3]  the end of retention, Unix milliseconds (PEXPIREAT); it
 --          replaces the lease's expiry
@@ -14,7 +14,7 @@
 -- Returns 1 when the record was processing and held by ARGV[1] (with a
 -- past ARGV[3], PEXPIREAT deletes it), else 0 and changes nothing.
 local v = redis.call("HMGET", KEYS[1], "s", "o")
-if v[1] ~= "p" or v[2] ~= ARGV[1] then
+if v[1] ~= "p" or (ARGV[1] ~= "" and v[2] ~= ARGV[1]) then
   return 0
 end
 redis.call("HSET", KEYS[1], "s", "c", "r", ARGV[2])

@@ -65,6 +65,9 @@ func runRecords(t *testing.T, open func(t *testing.T) Instance) {
 		{"renew of a completed record by its owner", true, renewBy(owner1)},
 		{"complete of a completed record by its owner", true, completeBy(owner1)},
 		{"release of a completed record by its owner", true, releaseBy(owner1)},
+		{"renew with an empty owner (any owner is for complete and release only)", false, renewBy("")},
+		{"complete of a completed record with an empty owner", true, completeBy("")},
+		{"release of a completed record with an empty owner", true, releaseBy("")},
 	}
 	for _, tc := range refusals {
 		t.Run("record: refused, nothing changes: "+tc.name, func(t *testing.T) {
@@ -88,10 +91,30 @@ func runRecords(t *testing.T, open func(t *testing.T) Instance) {
 		})
 	}
 
+	t.Run("record: an empty owner completes whoever's processing record", func(t *testing.T) {
+		in := open(t)
+		key := ID()
+		mustAcquire(t, in, key, fp1, owner1, time.Minute)
+		mustComplete(t, in, key, "", []byte("done"), time.Hour)
+		expectRecord(t, in, key, completed(fp1, []byte("done")))
+	})
+
+	t.Run("record: an empty owner releases whoever's processing record", func(t *testing.T) {
+		in := open(t)
+		key := ID()
+		mustAcquire(t, in, key, fp1, owner1, time.Minute)
+		if ok, err := releaseBy("")(in, key); err != nil || !ok {
+			t.Fatalf("Release(\"\") = (%v, %v), want (true, nil)", ok, err)
+		}
+		mustAcquire(t, in, key, fp2, owner2, time.Minute)
+	})
+
 	for _, tc := range []struct {
 		name string
 		call func(in Instance, key string) (bool, error)
 	}{
+		{"complete with an empty owner", completeBy("")},
+		{"release with an empty owner", releaseBy("")},
 		{"renew", renewBy(owner1)},
 		{"complete", completeBy(owner1)},
 		{"release", releaseBy(owner1)},
