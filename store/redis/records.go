@@ -93,13 +93,32 @@ func (s *Store) Acquire(ctx context.Context, key, fingerprint, owner string, lea
 		return store.Record{Fingerprint: fingerprint, Owner: owner}, true, nil
 	}
 	if len(v) != 5 || v[0] != int64(0) {
-		return store.Record{}, false, fmt.Errorf("redis: acquire: unexpected script reply %v", v)
+		return store.Record{}, false, unexpectedReply("acquire", v)
 	}
 	rec, ok := parseRecord(v[1:])
 	if !ok {
-		return store.Record{}, false, fmt.Errorf("redis: acquire: unexpected script reply %v", v)
+		return store.Record{}, false, unexpectedReply("acquire", v)
 	}
 	return rec, false, nil
+}
+
+// unexpectedReply is the error for a script reply of the wrong shape. It
+// tells the shape only (element types and lengths): a record's elements
+// hold a stored response, which may carry an app's cookies or personal
+// data and must not reach a log line.
+func unexpectedReply(op string, v []any) error {
+	shape := make([]string, len(v))
+	for i, e := range v {
+		switch e := e.(type) {
+		case string:
+			shape[i] = fmt.Sprintf("string(%d bytes)", len(e))
+		case int64:
+			shape[i] = fmt.Sprint(e)
+		default:
+			shape[i] = fmt.Sprintf("%T", e)
+		}
+	}
+	return fmt.Errorf("redis: %s: unexpected script reply [%s]", op, strings.Join(shape, " "))
 }
 
 // parseRecord reads the fields s, f, o and r of a record a script found.
@@ -187,26 +206,25 @@ func (s *Store) RedeemRecord(ctx context.Context, id string, want store.Token, o
 	if err != nil {
 		return 0, store.Record{}, fmt.Errorf("redis: redeem record: %w", err)
 	}
-	unexpected := fmt.Errorf("redis: redeem record: unexpected script reply %v", v)
 	if len(v) == 0 {
-		return 0, store.Record{}, unexpected
+		return 0, store.Record{}, unexpectedReply("redeem record", v)
 	}
 	n, _ := v[0].(int64)
 	switch {
 	case n == replyRecorded && len(v) == 5:
 		rec, ok := parseRecord(v[1:])
 		if !ok {
-			return 0, store.Record{}, unexpected
+			return 0, store.Record{}, unexpectedReply("redeem record", v)
 		}
 		return store.Recorded, rec, nil
 	case len(v) != 1:
-		return 0, store.Record{}, unexpected
+		return 0, store.Record{}, unexpectedReply("redeem record", v)
 	case n == replyRedeemed && owner != "":
 		return store.Redeemed, store.Record{Fingerprint: want.Fingerprint(), Owner: owner}, nil
 	}
 	res, ok := redeemResult(n)
 	if !ok {
-		return 0, store.Record{}, unexpected
+		return 0, store.Record{}, unexpectedReply("redeem record", v)
 	}
 	return res, store.Record{}, nil
 }

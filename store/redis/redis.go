@@ -311,7 +311,8 @@ func (s *Store) Close() error {
 
 // ACLCommands are the commands the store sends, itself and from its Lua
 // scripts and go-redis/redis_rate's, as a Redis ACL rule. A Redis user for
-// Replayguard needs them, its keys (~<prefix>* ~rate:<prefix>*) and, on a
-// Cluster, +cluster|slots. The README quotes this rule, and a test runs the
+// Replayguard needs them, its keys (~<prefix>* ~rate:<prefix>*), +select
+// when the client's options name a database other than 0 (go-redis
+// selects it on every new connection) and, on a Cluster, +cluster|slots. The README quotes this rule, and a test runs the
 // conformance suite as a user that has exactly these.
 const ACLCommands = "+get +set +del +exists +hmget +hset +pexpireat +time +eval +evalsha +ping"
