@@ -11,7 +11,9 @@
    * @typedef {{reason: 'network' | 'rate_limited' | 'server', status: number}} Failure
    * @typedef {{t: string, u?: 1, x?: 1}} Saved a form's token; u: the form
    *   submitted it; x: a submission that stayed on the page spent it
-   * @typedef {{busy?: boolean, pending?: Promise<string>, timer?: number}} FormState
+   * @typedef {{busy?: boolean, pending?: Promise<string>, timer?: number,
+   *   carried?: boolean}} FormState carried: the submission under way sends
+   *   the token an earlier one from this history entry sent
    */
 
   /** @type {Config} */
@@ -275,6 +277,8 @@
     st.busy = true;
     disable(form);
     return formToken(form).then(function (tok) {
+      var was = saved()[key(form)];
+      st.carried = !!(was && was.u && was.t == tok);
       keep(form, tok, 'u');
       return tok;
     }, function (/** @type {Failure} */ f) {
@@ -468,12 +472,15 @@
       // leaves this page as it is: no pageshow will re-enable the
       // controls, and the token is spent. The form drops it at once (its
       // next submission fetches a fresh one) and gets its controls back
-      // after cfg.guard ms, which still swallows a double click.
+      // after cfg.guard ms, which still swallows a double click. Only a
+      // token this submission brought in is dropped: one an earlier
+      // submission sent (an order, then Back) stays, or the next "Place
+      // order" would fetch a fresh one and order again.
       var base = doc.querySelector('base[target]');
       var dl = 'data-replayguard-download';
       if (!unloads(attr(form, sub, 'target') || (base && base.getAttribute('target')), g.name) ||
           form.hasAttribute(dl) || (sub && sub.hasAttribute(dl))) {
-        spend(form);
+        if (!state(form).carried) spend(form);
         state(form).timer = setTimeout(enable, cfg.guard, form);
       }
     });
