@@ -393,3 +393,46 @@ func TestBackAfterOrderThenSubmissionToAnotherWindowPlacesNoSecondOrder(t *testi
 		})
 	}
 }
+
+func TestEmptyTargetSubmitsToThisWindow(t *testing.T) {
+	// A target or formtarget attribute that is there wins even when it is
+	// empty, and empty means this window, as HTML says. (Chromium 156 uses
+	// the base target for an empty one, so the SDK pins the target it
+	// resolved on the form: the submission goes where the SDK thinks.) The
+	// SDK must see it as one that leaves the page: with no guard, were it
+	// to take it for one that stays, it would give the controls back at
+	// once, and the second click of a double click would place a second
+	// order.
+	cases := []struct {
+		name  string
+		setup string // JavaScript run on / before the clicks; form and order (the clicked button) are at hand
+	}{
+		{`form target="" under <base target=_blank>`,
+			`document.head.insertAdjacentHTML('beforeend', '<base target="_blank">'); form.setAttribute('target', '')`},
+		{`button formtarget="" on a form with target=_blank`,
+			`form.setAttribute('target', '_blank'); order.setAttribute('formtarget', '')`},
+		{`button formtarget="" under <base target=_blank>`,
+			`document.head.insertAdjacentHTML('beforeend', '<base target="_blank">'); order.setAttribute('formtarget', '')`},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			var opts shop.Options
+			release := holdOrders(t, &opts)
+			f := newFixture(t, opts)
+			f.open("/", "#"+shop.FormID)
+			eval[chromedp.Void](f, fmt.Sprintf(`ReplayGuard.configure({guard: 0});
+				(function (form, order) { %s })(document.getElementById(%q), document.querySelector(%q))`,
+				c.setup, shop.FormID, button(shop.FormID, "standard")))
+			f.typeInto("#order input[name=name]", "Ada")
+
+			f.clickTwice(button(shop.FormID, "standard"), doubleClickGap)
+			release()
+
+			f.waitPage("/orders/1", "#shipping") // in this tab
+			f.wantStats(1, 1)
+			if n := f.openedPages("/orders") + f.openedPages("/orders/1"); n != 0 {
+				t.Errorf("%d other tabs show the order, want none", n)
+			}
+		})
+	}
+}
