@@ -98,7 +98,7 @@ func (f *fixture) wantExports(posts, exports int) {
 }
 
 // openedPages counts the pages of the tab's browser context, beside the
-// tab itself, that show path.
+// tab itself, that show path (with any query).
 func (f *fixture) openedPages(path string) int {
 	f.t.Helper()
 	res, err := chromedp.CallBrowser(f.ctx, target.GetTargets, target.GetTargetsParams{})
@@ -108,7 +108,7 @@ func (f *fixture) openedPages(path string) int {
 	c := chromedp.FromContext(f.tab)
 	n := 0
 	for _, ti := range res.TargetInfos {
-		if ti.Type == "page" && ti.BrowserContextID == c.BrowserContextID && ti.TargetID != c.Target.TargetID && ti.URL == f.url+path {
+		if ti.Type == "page" && ti.BrowserContextID == c.BrowserContextID && ti.TargetID != c.Target.TargetID && strings.Split(ti.URL, "?")[0] == f.url+path {
 			n++
 		}
 	}
@@ -339,6 +339,99 @@ func TestSpentTokenStaysSpentAfterBack(t *testing.T) {
 			f.wantExports(2, 2) // not refused as a duplicate
 			if got := f.app.Stats().TokenRequests; got != 1 {
 				t.Errorf("the SDK asked for %d tokens, want 1 (for the submission after Back)", got)
+			}
+		})
+	}
+}
+
+func TestBackAfterOrderThenSubmissionToAnotherWindowPlacesNoSecondOrder(t *testing.T) {
+	// After an order and Back the form holds the token the order used. A
+	// submission to another window in between (a "Preview" into a new tab)
+	// carries that token too, but did not bring it into the form: it must
+	// leave it there, so that "Place order" again is the duplicate it is.
+	cases := []struct {
+		name     string
+		browser  *chromium
+		cache    string // the form page's Cache-Control; "" for the shop's default
+		sdkToken bool   // the form has no server-rendered token: the SDK fetches one
+	}{
+		{"back/forward cache, server-rendered token", chromiumBrowser, "", false},
+		{"back/forward cache, token fetched by the SDK", chromiumBrowser, "", true},
+		{"HTTP cache, server-rendered token", noBFCacheBrowser, "", false},
+		{"page fetched again (no-store), server-rendered token", noBFCacheBrowser, "no-store", false},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			f := newFixtureIn(t, c.browser, shop.Options{FormCacheControl: c.cache, NoServerToken: c.sdkToken})
+			f.open("/", "#"+shop.FormID)
+			f.typeInto("#order input[name=name]", "Ada")
+			f.click(button(shop.FormID, "express"))
+			f.waitPage("/orders/1", "#shipping")
+
+			f.back()
+			f.waitPage("/", "#"+shop.FormID)
+			f.wantUsable(shop.FormID)
+			eval[chromedp.Void](f, fmt.Sprintf(`document.getElementById(%q).insertAdjacentHTML('beforeend',
+				'<button type="submit" id="preview" formtarget="_blank" formmethod="get" formaction="/stats">Preview</button>')`, shop.FormID))
+			f.click("#preview")
+			f.waitFor("the preview in a new tab", func() bool { return f.openedPages("/stats") == 1 })
+			f.waitUsable(shop.FormID)
+
+			f.click(button(shop.FormID, "express"))
+			f.waitPage("/orders", "[data-message]")
+			if got, want := f.text("h1"), "This order was already placed"; got != want {
+				t.Errorf("page title = %q, want %q", got, want)
+			}
+			f.wantStats(2, 1)
+			want := 0
+			if c.sdkToken {
+				want = 1 // for the order
+			}
+			if got := f.app.Stats().TokenRequests; got != want {
+				t.Errorf("the SDK asked for %d tokens, want %d", got, want)
+			}
+		})
+	}
+}
+
+func TestEmptyTargetSubmitsToThisWindow(t *testing.T) {
+	// A target or formtarget attribute that is there wins even when it is
+	// empty, and empty means this window, as HTML says. (Chromium 156 uses
+	// the base target for an empty one, so the SDK pins the target it
+	// resolved on the form: the submission goes where the SDK thinks.) The
+	// SDK must see it as one that leaves the page: with no guard, were it
+	// to take it for one that stays, it would give the controls back at
+	// once, and the second click of a double click would place a second
+	// order.
+	cases := []struct {
+		name  string
+		setup string // JavaScript run on / before the clicks; form and order (the clicked button) are at hand
+	}{
+		{`form target="" under <base target=_blank>`,
+			`document.head.insertAdjacentHTML('beforeend', '<base target="_blank">'); form.setAttribute('target', '')`},
+		{`button formtarget="" on a form with target=_blank`,
+			`form.setAttribute('target', '_blank'); order.setAttribute('formtarget', '')`},
+		{`button formtarget="" under <base target=_blank>`,
+			`document.head.insertAdjacentHTML('beforeend', '<base target="_blank">'); order.setAttribute('formtarget', '')`},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			var opts shop.Options
+			release := holdOrders(t, &opts)
+			f := newFixture(t, opts)
+			f.open("/", "#"+shop.FormID)
+			eval[chromedp.Void](f, fmt.Sprintf(`ReplayGuard.configure({guard: 0});
+				(function (form, order) { %s })(document.getElementById(%q), document.querySelector(%q))`,
+				c.setup, shop.FormID, button(shop.FormID, "standard")))
+			f.typeInto("#order input[name=name]", "Ada")
+
+			f.clickTwice(button(shop.FormID, "standard"), doubleClickGap)
+			release()
+
+			f.waitPage("/orders/1", "#shipping") // in this tab
+			f.wantStats(1, 1)
+			if n := f.openedPages("/orders") + f.openedPages("/orders/1"); n != 0 {
+				t.Errorf("%d other tabs show the order, want none", n)
 			}
 		})
 	}

@@ -11,7 +11,9 @@
    * @typedef {{reason: 'network' | 'rate_limited' | 'server', status: number}} Failure
    * @typedef {{t: string, u?: 1, x?: 1}} Saved a form's token; u: the form
    *   submitted it; x: a submission that stayed on the page spent it
-   * @typedef {{busy?: boolean, pending?: Promise<string>, timer?: number}} FormState
+   * @typedef {{busy?: boolean, pending?: Promise<string>, timer?: number,
+   *   carried?: boolean}} FormState carried: the submission under way sends
+   *   the token an earlier one from this history entry sent
    */
 
   /** @type {Config} */
@@ -275,6 +277,8 @@
     st.busy = true;
     disable(form);
     return formToken(form).then(function (tok) {
+      var was = saved()[key(form)];
+      st.carried = !!(was && was.u && was.t == tok);
       keep(form, tok, 'u');
       return tok;
     }, function (/** @type {Failure} */ f) {
@@ -285,18 +289,35 @@
   }
 
   /**
-   * The submitter's override of a form attribute (formaction, ...).
+   * A form attribute as a submission by sub sees it: the submitter's
+   * formaction (...) when it has one, else the form's own, null when
+   * neither has it. An attribute that is there wins, even empty, as HTML
+   * says.
    * @param {HTMLFormElement} form
    * @param {HTMLElement | null} sub
    * @param {string} name action, method, enctype or target
    */
   function attr(form, sub, name) {
-    return (sub && sub.getAttribute('form' + name)) || form.getAttribute(name);
+    return sub && sub.hasAttribute('form' + name) ? sub.getAttribute('form' + name) : form.getAttribute(name);
   }
 
   /**
-   * Whether a form submitted to target (the submitter's formtarget, else
-   * the form's target, else the page's base target) replaces this page:
+   * Where a submission of form by sub goes: the submitter's formtarget if
+   * it has one, else the form's target if it has one, else the page's
+   * base target, as HTML says; an empty one, or none, is _self. navigate()
+   * pins it on the form, for Chromium takes an empty target for none and
+   * uses the base target instead.
+   * @param {HTMLFormElement} form
+   * @param {HTMLElement | null} sub
+   */
+  function aim(form, sub) {
+    var t = attr(form, sub, 'target');
+    var base = doc.querySelector('base[target]');
+    return (t == null ? base && base.getAttribute('target') : t) || '_self';
+  }
+
+  /**
+   * Whether a form submitted to target (see aim) replaces this page:
    * no target, _self, _parent and _top (this frame or one around it) and
    * this window's own name do; _blank and any other name (another tab,
    * window or iframe) do not. Keywords are case-insensitive, names not.
@@ -321,7 +342,8 @@
   /**
    * Submits form as a normal navigation, as the submitter would have: its
    * name and value are sent and its formaction, formmethod, formenctype and
-   * formtarget apply. Validation already ran before the submit event.
+   * formtarget apply, the target as aim() resolves it. Validation already
+   * ran before the submit event.
    * @param {HTMLFormElement} form
    * @param {HTMLElement | null} sub
    */
@@ -329,7 +351,7 @@
     var names = ['action', 'method', 'enctype', 'target'];
     var old = names.map(function (n) { return form.getAttribute(n); });
     names.forEach(function (n) {
-      var v = attr(form, sub, n);
+      var v = n == 'target' ? aim(form, sub) : attr(form, sub, n);
       if (v != null) form.setAttribute(n, v);
     });
     var name = sub && sub.getAttribute('name');
@@ -468,12 +490,14 @@
       // leaves this page as it is: no pageshow will re-enable the
       // controls, and the token is spent. The form drops it at once (its
       // next submission fetches a fresh one) and gets its controls back
-      // after cfg.guard ms, which still swallows a double click.
-      var base = doc.querySelector('base[target]');
+      // after cfg.guard ms, which still swallows a double click. Only a
+      // token this submission brought in is dropped: one an earlier
+      // submission sent (an order, then Back) stays, or the next "Place
+      // order" would fetch a fresh one and order again.
       var dl = 'data-replayguard-download';
-      if (!unloads(attr(form, sub, 'target') || (base && base.getAttribute('target')), g.name) ||
+      if (!unloads(aim(form, sub), g.name) ||
           form.hasAttribute(dl) || (sub && sub.hasAttribute(dl))) {
-        spend(form);
+        if (!state(form).carried) spend(form);
         state(form).timer = setTimeout(enable, cfg.guard, form);
       }
     });
