@@ -226,25 +226,11 @@ if [[ "$PROFILE" == 1 ]]; then
 		pid=${watch#server:}
 		pid=${pid%%,*}
 		file="$WORK/perf-$label-$mode"
-		# perf records 4.5s from the start of the 5s timed phase, which
-		# the load program signals with -ready-file once the repeated
-		# requests are completed.
-		rm -f "$WORK/ready"
-		nice -n "$NICE" "$WORK/load" -url "http://127.0.0.1:$port" -label "$label" -mode "$mode" -path "$path" \
-			-workers "$WORKERS" -duration 5s -ready-file "$WORK/ready" -watch "$watch" -json "$WORK/profile-runs.jsonl" >/dev/null &
-		LOAD_PID=$!
-		PIDS+=("$LOAD_PID")
-		while [[ ! -e "$WORK/ready" ]] && kill -0 "$LOAD_PID" 2>/dev/null; do sleep 0.05; done
-		perf record -F 999 -g -p "$pid" -o "$file.data" -- sleep 4.5 >"$file.log" 2>&1 &
-		PERF_PID=$!
-		PIDS+=("$PERF_PID")
-		wait "$LOAD_PID" || true
-		wait "$PERF_PID" || true
-		perf script -i "$file.data" >"$file.txt" 2>/dev/null
+		# The ready file comes once the repeated requests are completed.
+		profile_run "$pid" "$file" "gateway $label $mode: top symbols by inclusive share of the gateway's CPU" \
+			-url "http://127.0.0.1:$port" -label "$label" -mode "$mode" -path "$path" -workers "$WORKERS" \
+			-watch "$watch" -json "$WORK/profile-runs.jsonl"
 		SPLIT+=("$label:$mode=$file.txt")
-		echo "--- gateway $label $mode: top symbols by inclusive share of the gateway's CPU"
-		perf report -i "$file.data" --children --sort symbol --stdio -g none 2>/dev/null |
-			grep '%' | grep -v '\[k\]' | sed -E 's/ +- +- *$//; s/ +$//' | head -40 || true
 	done
 	# Shares come from the profiles; µs from the measured (unprofiled)
 	# runs' gateway CPU per success, since perf itself slows it down.

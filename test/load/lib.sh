@@ -111,3 +111,26 @@ wait_http() {
 	done
 	return 1
 }
+
+# profile_run PID FILE TITLE ARGS...: one 5s run of the load program with
+# ARGS, and perf recording PID for 4.5s from the start of its timed phase
+# (which the load program signals with -ready-file); FILE.txt gets perf's
+# samples for load perfsplit, and the top symbols are printed under TITLE.
+profile_run() {
+	local pid=$1 file=$2 title=$3 load_pid perf_pid
+	shift 3
+	rm -f "$WORK/ready"
+	nice -n "$NICE" "$WORK/load" "$@" -duration 5s -ready-file "$WORK/ready" >/dev/null &
+	load_pid=$!
+	PIDS+=("$load_pid")
+	while [[ ! -e "$WORK/ready" ]] && kill -0 "$load_pid" 2>/dev/null; do sleep 0.05; done
+	perf record -F 999 -g -p "$pid" -o "$file.data" -- sleep 4.5 >"$file.log" 2>&1 &
+	perf_pid=$!
+	PIDS+=("$perf_pid")
+	wait "$load_pid" || true
+	wait "$perf_pid" || true
+	perf script -i "$file.data" >"$file.txt" 2>/dev/null
+	echo "--- $title"
+	perf report -i "$file.data" --children --sort symbol --stdio -g none 2>/dev/null |
+		grep '%' | grep -v '\[k\]' | sed -E 's/ +- +- *$//; s/ +$//' | head -40 || true
+}

@@ -283,26 +283,12 @@ if [[ "$PROFILE" == 1 ]]; then
 			extra=(-pool "$((2 * BASH_REMATCH[1]))")
 		fi
 		file="$WORK/perf-$label-${name//\//-}"
-		# perf records 4.5s from the start of the 5s timed phase, which
-		# the load program signals with -ready-file once its requests are
-		# prepared, so that neither signing nor issuing is profiled.
-		rm -f "$WORK/ready"
-		nice -n "$NICE" "$WORK/load" -url "http://127.0.0.1:$port" -label "$label" -mode "$mode" \
-			-workers "$WORKERS" -duration 5s "$@" "${extra[@]}" -ready-file "$WORK/ready" \
-			-watch "server:$pid,redis:$REDIS_PID" -json "$PRUNS" >/dev/null &
-		LOAD_PID=$!
-		PIDS+=("$LOAD_PID")
-		while [[ ! -e "$WORK/ready" ]] && kill -0 "$LOAD_PID" 2>/dev/null; do sleep 0.05; done
-		perf record -F 999 -g -p "$pid" -o "$file.data" -- sleep 4.5 >"$file.log" 2>&1 &
-		PERF_PID=$!
-		PIDS+=("$PERF_PID")
-		wait "$LOAD_PID" || true
-		wait "$PERF_PID" || true
-		perf script -i "$file.data" >"$file.txt" 2>/dev/null
+		# The ready file comes once the requests are prepared, so that
+		# neither signing nor issuing is profiled.
+		profile_run "$pid" "$file" "$label $name: top symbols by inclusive share of server CPU" \
+			-url "http://127.0.0.1:$port" -label "$label" -mode "$mode" -workers "$WORKERS" "$@" "${extra[@]}" \
+			-watch "server:$pid,redis:$REDIS_PID" -json "$PRUNS"
 		SPLIT+=("$label:$name=$file.txt")
-		echo "--- $label $name: top symbols by inclusive share of server CPU"
-		perf report -i "$file.data" --children --sort symbol --stdio -g none 2>/dev/null |
-			grep '%' | grep -v '\[k\]' | sed -E 's/ +- +- *$//; s/ +$//' | head -40 || true
 	done
 	# Shares come from the profiles; µs from the measured (unprofiled) runs'
 	# server CPU per success, since perf itself slows the servers down.
