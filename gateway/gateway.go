@@ -231,6 +231,9 @@ func (rt *route) ServeHTTP(w http.ResponseWriter, r *http.Request) { rt.handler.
 // redirect to a routed pattern (dot segments, repeated slashes, a
 // subtree's path without its trailing slash), and a path whose
 // percent-decoded form is, or cleans to, a routed one (%2e%2e, %2F).
+// Host patterns match whatever the case of the Host header and with a
+// trailing dot (SHOP.TEST, shop.test.), as DNS resolves and virtual
+// hosts match them alike; the app gets the Host as sent.
 func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	StripVerifiedHeaders(r.Header)
 	if m := strings.ToUpper(r.Method); m != r.Method {
@@ -259,8 +262,13 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // front of it, such as nginx) may decode %2e%2e or %2F before it resolves
 // dot segments: so the decoded path, escaped again, is looked up too, and
 // a request whose decoded path is routed or redirected to a route is
-// redirected there.
+// redirected there. ServeMux compares hosts exactly (ignoring the port),
+// so the lookups see the Host in canonical form (canonicalHost).
 func (g *Gateway) match(r *http.Request) (rt *route, pattern string, redirect http.Handler) {
+	if host := canonicalHost(r.Host); host != r.Host {
+		r = r.WithContext(r.Context())
+		r.Host = host
+	}
 	h, pattern := g.mux.Handler(r)
 	if rt, ok := h.(*route); ok {
 		return rt, pattern, nil
@@ -287,6 +295,19 @@ func (g *Gateway) match(r *http.Request) (rt *route, pattern string, redirect ht
 		return nil, "", h
 	}
 	return nil, "", nil
+}
+
+// canonicalHost is host (a Host header: a name or IP literal with an
+// optional port) lowercased and without trailing dots on its name, the
+// spelling route patterns use for a host that DNS and virtual hosting
+// treat as the same (SHOP.TEST, shop.test., shop.test.:80).
+func canonicalHost(host string) string {
+	host = strings.ToLower(host)
+	name, port := host, ""
+	if i := strings.LastIndexByte(host, ':'); i >= 0 && !strings.Contains(host[i:], "]") {
+		name, port = host[:i], host[i:]
+	}
+	return strings.TrimRight(name, ".") + port
 }
 
 // StripVerifiedHeaders removes the headers only the gateway may set
