@@ -460,11 +460,32 @@ func abandon(w http.ResponseWriter) {
 	handlers.AbandonRecord(w)
 }
 
-// neverSent reports whether err, from the transport, means the request
-// never reached the app: it could not connect.
-func neverSent(err error) bool {
-	var op *net.OpError
-	return errors.As(err, &op) && op.Op == "dial"
+// neverSent reports whether err, the transport's error for a request
+// with method method, proves that no byte of the request reached the app,
+// so that a recorded route can release its record for an immediate retry.
+// It holds only for methods whose requests the transport never resends
+// once written (see sendOnce): a GET can fail on a retry's dial after its
+// first attempt was written. With HTTP/1 (NewTransport), the proof is an
+// error of getting a connection, before any request is written on it:
+//
+//   - a dial error (refused, unreachable, DNS, the dial timeout), or one
+//     reaching an HTTP proxy (net.OpError "dial" and "proxyconnect");
+//   - a TLS handshake with the app that timed out.
+//
+// Everything else may follow a request the app received: a reset or EOF
+// after writing, a timeout waiting for the answer, and even a TLS
+// certificate error, which a renegotiation (off in NewTransport, possible
+// in another transport) can raise while the answer is read.
+func neverSent(method string, err error) bool {
+	if safeMethod(method) {
+		return false
+	}
+	if op, ok := errors.AsType[*net.OpError](err); ok && (op.Op == "dial" || op.Op == "proxyconnect") {
+		return true
+	}
+	// Unexported in net/http: should its text change, the error only
+	// counts as possibly sent again.
+	return err.Error() == "net/http: TLS handshake timeout"
 }
 
 // noFlush is a ResponseWriter without Flush, Hijack or Unwrap.
@@ -596,10 +617,11 @@ func modifyResponse(resp *http.Response) error {
 
 // upstreamError answers a request the app did not answer: 502
 // upstream_unavailable. The error (an address, a timeout) is logged, not
-// sent. When the app could not be reached, the 502 releases a recorded
-// route's record so that a retry runs; when the request may have reached
-// it (a timeout, a connection broken after sending), the record is
-// abandoned instead: duplicates get 409 until its lease ends.
+// sent. When the request provably never reached the app (neverSent: no
+// connection could be made), the 502 releases a recorded route's record
+// so that a retry runs; when it may have reached it (a timeout, a
+// connection broken after sending), the record is abandoned instead:
+// duplicates get 409 until its lease ends.
 func (g *Gateway) upstreamError(w http.ResponseWriter, r *http.Request, err error) {
 	level := slog.LevelWarn
 	if errors.Is(r.Context().Err(), context.Canceled) {
@@ -609,7 +631,7 @@ func (g *Gateway) upstreamError(w http.ResponseWriter, r *http.Request, err erro
 		slog.String("request_id", handlers.RequestID(r.Context())),
 		slog.String("method", r.Method), slog.String("path", r.URL.Path),
 		slog.String("error", err.Error()))
-	if !neverSent(err) {
+	if !neverSent(r.Method, err) {
 		// A timeout or a broken connection after the request was sent:
 		// the app may have carried it out.
 		abandon(w)

@@ -5,8 +5,10 @@ import (
 	"bytes"
 	"cmp"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"mime/multipart"
@@ -19,6 +21,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -1114,6 +1117,38 @@ func TestAppIsSpokenHTTP1(t *testing.T) {
 	defer mu.Unlock()
 	if !slices.Equal(protos, []string{"HTTP/1.1", "HTTP/1.1"}) {
 		t.Fatalf("the app was spoken %v, want HTTP/1.1", protos)
+	}
+}
+
+// TestNeverSent: only an error that proves no byte of the request reached
+// the app releases a recorded route's record, and only for a method the
+// transport never resends once written.
+func TestNeverSent(t *testing.T) {
+	dial := &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}
+	tests := []struct {
+		name   string
+		method string
+		err    error
+		want   bool
+	}{
+		{"a refused dial", "POST", dial, true},
+		{"a DNS failure", "POST", &net.OpError{Op: "dial", Net: "tcp", Err: &net.DNSError{Err: "no such host", Name: "app", IsNotFound: true}}, true},
+		{"a failed dial to an HTTP proxy", "PATCH", &net.OpError{Op: "proxyconnect", Net: "tcp", Err: dial}, true},
+		{"a TLS handshake timeout", "POST", errors.New("net/http: TLS handshake timeout"), true},
+		{"a refused dial of a GET, which may follow a written attempt", "GET", dial, false},
+		{"a reset after writing", "POST", &net.OpError{Op: "read", Net: "tcp", Err: syscall.ECONNRESET}, false},
+		{"EOF before the answer", "POST", io.EOF, false},
+		{"a broken connection", "POST", fmt.Errorf("net/http: HTTP/1.x transport connection broken: %w", io.ErrUnexpectedEOF), false},
+		{"the server closed the idle connection", "POST", errors.New("http: server closed idle connection"), false},
+		{"a timeout waiting for the answer", "POST", context.DeadlineExceeded, false},
+		{"a TLS certificate error", "POST", &tls.CertificateVerificationError{Err: errors.New("x509: unknown authority")}, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := gateway.NeverSent(tc.method, tc.err); got != tc.want {
+				t.Fatalf("neverSent(%s, %v) = %v, want %v", tc.method, tc.err, got, tc.want)
+			}
+		})
 	}
 }
 
