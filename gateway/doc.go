@@ -37,7 +37,9 @@
 // with its dots or slashes percent-encoded (/x/%2e%2e/orders,
 // /x%2F..%2Forders), and a subtree's path without its slash (/api under
 // /api/), as ServeMux redirects it. Percent-encoded letters match as
-// decoded (/%6Frders is /orders) and reach the app as sent.
+// decoded (/%6Frders is /orders) and reach the app as sent. Host patterns
+// match the Host in any case and with a trailing dot (SHOP.TEST,
+// shop.test.).
 //
 // Requests that match no route pass through without a policy. Client-sent
 // Replayguard-Token-Id and Replayguard-Client-Key-Id headers are removed
@@ -45,10 +47,12 @@
 // hop-by-hop headers and client-sent X-Forwarded-* and Forwarded headers;
 // the gateway sets X-Forwarded-For, -Host and -Proto itself. When the app
 // cannot be reached or does not answer within WithTimeout, the answer is
-// 502 upstream_unavailable. A request whose method is not GET, HEAD,
-// OPTIONS or TRACE is sent to the app once, never again after a broken
-// connection (the app may have run it); for that, its Idempotency-Key and
-// X-Idempotency-Key headers go to the app under lowercase names.
+// 502 upstream_unavailable. The gateway speaks HTTP/1.1 to the app. A
+// request whose method is not GET, HEAD, OPTIONS or TRACE is sent again
+// only when none of it was written (the app closed an idle connection as
+// it went out), never after (the app may have run it); for that, its
+// Idempotency-Key and X-Idempotency-Key headers go to the app under
+// lowercase names.
 //
 // # Example
 //

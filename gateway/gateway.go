@@ -12,6 +12,7 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/replayguard/replayguard/handlers"
@@ -112,7 +113,9 @@ func WithClientIP(f func(*http.Request) string) Option {
 
 // WithTransport sends requests to the app with rt. Defaults to
 // NewTransport() with the WithTimeout timeout as its
-// ResponseHeaderTimeout.
+// ResponseHeaderTimeout. Give an *http.Transport that speaks HTTP/1.1
+// only, as NewTransport's does: over HTTP/2, net/http may resend a
+// request the app has run (see NewTransport).
 func WithTransport(rt http.RoundTripper) Option {
 	return func(g *Gateway) {
 		if rt != nil {
@@ -150,11 +153,19 @@ func WithLogger(l *slog.Logger) Option {
 // Defaults to nil: nothing is counted.
 func WithMetrics(m *metrics.Metrics) Option { return func(g *Gateway) { g.metrics = m } }
 
-// NewTransport returns the default transport to the app: bounded dials,
-// TLS handshakes and waits for response headers (DefaultTimeout; New
-// sets the gateway's timeout instead), and pooled connections. It never
-// uses an HTTP proxy from the environment.
+// NewTransport returns the default transport to the app: HTTP/1.1 only
+// (as nginx proxies by default), bounded dials, TLS handshakes and waits
+// for response headers (DefaultTimeout; New sets the gateway's timeout
+// instead), and pooled connections. It never uses an HTTP proxy from the
+// environment.
+//
+// HTTP/1.1 only, because net/http's HTTP/2 client retries on its own in
+// ways the gateway cannot limit to requests the app never saw: it resends
+// a stream the app reset with PROTOCOL_ERROR, which the app may have run,
+// whatever the request's method and headers.
 func NewTransport() *http.Transport {
+	var protocols http.Protocols
+	protocols.SetHTTP1(true)
 	return &http.Transport{
 		DialContext:           (&net.Dialer{Timeout: dialTimeout, KeepAlive: 30 * time.Second}).DialContext,
 		TLSHandshakeTimeout:   dialTimeout,
@@ -163,7 +174,7 @@ func NewTransport() *http.Transport {
 		IdleConnTimeout:       90 * time.Second,
 		MaxIdleConns:          256,
 		MaxIdleConnsPerHost:   64,
-		ForceAttemptHTTP2:     true,
+		Protocols:             &protocols,
 	}
 }
 
@@ -231,6 +242,9 @@ func (rt *route) ServeHTTP(w http.ResponseWriter, r *http.Request) { rt.handler.
 // redirect to a routed pattern (dot segments, repeated slashes, a
 // subtree's path without its trailing slash), and a path whose
 // percent-decoded form is, or cleans to, a routed one (%2e%2e, %2F).
+// Host patterns match whatever the case of the Host header and with a
+// trailing dot (SHOP.TEST, shop.test.), as DNS resolves and virtual
+// hosts match them alike; the app gets the Host as sent.
 func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	StripVerifiedHeaders(r.Header)
 	if m := strings.ToUpper(r.Method); m != r.Method {
@@ -259,8 +273,13 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // front of it, such as nginx) may decode %2e%2e or %2F before it resolves
 // dot segments: so the decoded path, escaped again, is looked up too, and
 // a request whose decoded path is routed or redirected to a route is
-// redirected there.
+// redirected there. ServeMux compares hosts exactly (ignoring the port),
+// so the lookups see the Host in canonical form (canonicalHost).
 func (g *Gateway) match(r *http.Request) (rt *route, pattern string, redirect http.Handler) {
+	if host := canonicalHost(r.Host); host != r.Host {
+		r = r.WithContext(r.Context())
+		r.Host = host
+	}
 	h, pattern := g.mux.Handler(r)
 	if rt, ok := h.(*route); ok {
 		return rt, pattern, nil
@@ -287,6 +306,19 @@ func (g *Gateway) match(r *http.Request) (rt *route, pattern string, redirect ht
 		return nil, "", h
 	}
 	return nil, "", nil
+}
+
+// canonicalHost is host (a Host header: a name or IP literal with an
+// optional port) lowercased and without trailing dots on its name, the
+// spelling route patterns use for a host that DNS and virtual hosting
+// treat as the same (SHOP.TEST, shop.test., shop.test.:80).
+func canonicalHost(host string) string {
+	host = strings.ToLower(host)
+	name, port := host, ""
+	if i := strings.LastIndexByte(host, ':'); i >= 0 && !strings.Contains(host[i:], "]") {
+		name, port = host[:i], host[i:]
+	}
+	return strings.TrimRight(name, ".") + port
 }
 
 // StripVerifiedHeaders removes the headers only the gateway may set
@@ -428,11 +460,32 @@ func abandon(w http.ResponseWriter) {
 	handlers.AbandonRecord(w)
 }
 
-// neverSent reports whether err, from the transport, means the request
-// never reached the app: it could not connect.
-func neverSent(err error) bool {
-	var op *net.OpError
-	return errors.As(err, &op) && op.Op == "dial"
+// neverSent reports whether err, the transport's error for a request
+// with method method, proves that no byte of the request reached the app,
+// so that a recorded route can release its record for an immediate retry.
+// It holds only for methods whose requests the transport never resends
+// once written (see sendOnce): a GET can fail on a retry's dial after its
+// first attempt was written. With HTTP/1 (NewTransport), the proof is an
+// error of getting a connection, before any request is written on it:
+//
+//   - a dial error (refused, unreachable, DNS, the dial timeout), or one
+//     reaching an HTTP proxy (net.OpError "dial" and "proxyconnect");
+//   - a TLS handshake with the app that timed out.
+//
+// Everything else may follow a request the app received: a reset or EOF
+// after writing, a timeout waiting for the answer, and even a TLS
+// certificate error, which a renegotiation (off in NewTransport, possible
+// in another transport) can raise while the answer is read.
+func neverSent(method string, err error) bool {
+	if safeMethod(method) {
+		return false
+	}
+	if op, ok := errors.AsType[*net.OpError](err); ok && (op.Op == "dial" || op.Op == "proxyconnect") {
+		return true
+	}
+	// Unexported in net/http: should its text change, the error only
+	// counts as possibly sent again.
+	return err.Error() == "net/http: TLS handshake timeout"
 }
 
 // noFlush is a ResponseWriter without Flush, Hijack or Unwrap.
@@ -477,27 +530,34 @@ func safeMethod(m string) bool {
 // treat a request of any method as replayable.
 var idempotencyHeaders = []string{"Idempotency-Key", "X-Idempotency-Key"}
 
-// sendOnce stops net/http's Transport from sending out again on a new
-// connection when a reused keep-alive connection breaks after out was
-// written: the app may have run it. Over HTTP/1 the Transport resends a
-// request of an unsafe method when its body is nil or can be rewound
-// with GetBody and it carries Idempotency-Key or X-Idempotency-Key
-// (Request.isReplayable), which is every recorded request
-// (IdempotencyGuard sets GetBody).
+// sendOnce stops net/http's Transport from sending out again once any of
+// it was written: the app may have run it. Over HTTP/1 (the only
+// protocol NewTransport speaks) the Transport resends a request on a new
+// connection after a reused keep-alive connection failed:
 //
-// So GetBody is dropped, and a body is never sent twice (over HTTP/2
-// either, whose Transport rewinds a body with GetBody to retry a stream
-// the app reset). That leaves requests without a body: an empty body
-// that is not http.NoBody would make them unreplayable too, but would go
-// out chunked for POST, PUT and PATCH (no Content-Length). Instead the
-// two headers move to lowercase names: the Transport checks for them
+//   - when nothing of it was written to the connection (the app closed
+//     the idle connection just as the request went out), if its body is
+//     empty or can be had again with GetBody. The app never saw it, so
+//     this retry is kept: GetBody stays (IdempotencyGuard, the signature
+//     policy and the token policy's buffered bodies set it), and a body
+//     streamed from the client gets one that works while none of the body
+//     has been read (unreadBody), as is the case then: the Transport
+//     sends the headers of such a body before reading it.
+//   - when the connection broke after the request was written, before
+//     any byte of the answer, if the request is replayable: its method is
+//     GET, HEAD, OPTIONS or TRACE, or, with a body that is empty or has a
+//     GetBody, it carries Idempotency-Key or X-Idempotency-Key
+//     (Request.isReplayable). The app may have run it, so this retry must
+//     not happen for other methods.
+//
+// So the two headers move to lowercase names: the Transport looks for them
 // under their canonical names only, while header names are
-// case-insensitive to every app (and lowercase on the wire over HTTP/2),
-// so the app gets the headers and the framing the client sent. The
-// Transport still retries a body-less request of which nothing was
-// written.
+// case-insensitive to every app, so the app gets the headers, the body and
+// the framing the client sent, and the request is no longer replayable.
+// (Dropping GetBody instead would also stop the first, safe retry, and
+// would not help a request without a body.) Requests of the safe methods
+// are resent either way, by design of HTTP.
 func sendOnce(out *http.Request) {
-	out.GetBody = nil
 	for _, name := range idempotencyHeaders {
 		if vs, ok := out.Header[name]; ok {
 			delete(out.Header, name)
@@ -505,6 +565,45 @@ func sendOnce(out *http.Request) {
 			out.Header[lower] = append(out.Header[lower], vs...)
 		}
 	}
+	if out.Body != nil && out.Body != http.NoBody && out.GetBody == nil {
+		b := &unreadBody{ReadCloser: out.Body}
+		out.Body = b
+		out.GetBody = b.again
+	}
+}
+
+// errBodyRead is unreadBody.again's error once the body was read.
+var errBodyRead = errors.New("gateway: the request body was read, it cannot be sent again")
+
+// unreadBody is a request body streamed from the client that can be sent
+// again as long as none of it has been read.
+type unreadBody struct {
+	io.ReadCloser
+	read atomic.Bool
+}
+
+func (b *unreadBody) Read(p []byte) (int, error) {
+	b.read.Store(true)
+	return b.ReadCloser.Read(p)
+}
+
+// Close closes the body once it was read. Unread, it stays open for
+// again: the Transport closes the body of an attempt that failed before
+// it resends the request, and ReverseProxy closes the client's body
+// itself when it returns.
+func (b *unreadBody) Close() error {
+	if !b.read.Load() {
+		return nil
+	}
+	return b.ReadCloser.Close()
+}
+
+// again is the body's GetBody: the body itself while unread.
+func (b *unreadBody) again() (io.ReadCloser, error) {
+	if b.read.Load() {
+		return nil, errBodyRead
+	}
+	return b, nil
 }
 
 // modifyResponse drops the app's X-Request-ID when the gateway sent one:
@@ -518,10 +617,11 @@ func modifyResponse(resp *http.Response) error {
 
 // upstreamError answers a request the app did not answer: 502
 // upstream_unavailable. The error (an address, a timeout) is logged, not
-// sent. When the app could not be reached, the 502 releases a recorded
-// route's record so that a retry runs; when the request may have reached
-// it (a timeout, a connection broken after sending), the record is
-// abandoned instead: duplicates get 409 until its lease ends.
+// sent. When the request provably never reached the app (neverSent: no
+// connection could be made), the 502 releases a recorded route's record
+// so that a retry runs; when it may have reached it (a timeout, a
+// connection broken after sending), the record is abandoned instead:
+// duplicates get 409 until its lease ends.
 func (g *Gateway) upstreamError(w http.ResponseWriter, r *http.Request, err error) {
 	level := slog.LevelWarn
 	if errors.Is(r.Context().Err(), context.Canceled) {
@@ -531,7 +631,7 @@ func (g *Gateway) upstreamError(w http.ResponseWriter, r *http.Request, err erro
 		slog.String("request_id", handlers.RequestID(r.Context())),
 		slog.String("method", r.Method), slog.String("path", r.URL.Path),
 		slog.String("error", err.Error()))
-	if !neverSent(err) {
+	if !neverSent(r.Method, err) {
 		// A timeout or a broken connection after the request was sent:
 		// the app may have carried it out.
 		abandon(w)
@@ -600,12 +700,14 @@ func bufferTokenless(limit int64, next http.Handler) http.Handler {
 }
 
 // restoreBody gives the request the body bufferTokenless read, unread
-// again.
+// again, with a GetBody so that the transport can send it again on a new
+// connection when nothing of it reached the app (see sendOnce).
 func restoreBody(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if data, ok := r.Context().Value(bodyKey{}).([]byte); ok {
 			r = r.WithContext(r.Context())
 			r.Body = io.NopCloser(bytes.NewReader(data))
+			r.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(data)), nil }
 		}
 		next.ServeHTTP(w, r)
 	})

@@ -5,8 +5,10 @@ import (
 	"bytes"
 	"cmp"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"mime/multipart"
@@ -18,6 +20,8 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -195,6 +199,13 @@ func TestRouting(t *testing.T) {
 		{"an unrouted path passes through", "POST", "/comments", "", 201, "", "", true},
 		{"a host pattern needs its host", "POST", "/hosted", "", 201, "", "", true},
 		{"a host pattern routes its host", "POST", "/hosted", "shop.test", 400, "idempotency_key_missing", "", false},
+		{"a host pattern routes its host in capitals", "POST", "/hosted", "SHOP.TEST", 400, "idempotency_key_missing", "", false},
+		{"a host pattern routes its host in mixed case", "POST", "/hosted", "Shop.Test", 400, "idempotency_key_missing", "", false},
+		{"a host pattern routes its host with a trailing dot", "POST", "/hosted", "shop.test.", 400, "idempotency_key_missing", "", false},
+		{"a host pattern routes its host with a port", "POST", "/hosted", "shop.test:80", 400, "idempotency_key_missing", "", false},
+		{"a host pattern routes its host with a trailing dot and a port", "POST", "/hosted", "Shop.Test.:8080", 400, "idempotency_key_missing", "", false},
+		{"a host pattern's host redirects an unclean path", "POST", "/x/../hosted", "SHOP.TEST.", 307, "", "/hosted", false},
+		{"a host pattern does not route another host", "POST", "/hosted", "shop.test.evil", 201, "", "", true},
 		{"a doubled slash to a routed path redirects", "POST", "/x/..//orders", "", 307, "", "/orders", false},
 		{"a dot to a routed path redirects", "POST", "/./orders", "", 307, "", "/orders", false},
 		{"a dot segment to a routed path redirects", "POST", "/x/../orders?a=1", "", 307, "", "/orders?a=1", false},
@@ -910,6 +921,232 @@ func TestUnsafeRequestIsNeverResent(t *testing.T) {
 			}
 			if tc.method != http.MethodDelete && r.ContentLength != strconv.Itoa(len(tc.body)) {
 				t.Fatalf("the app got Content-Length %q, want %d", r.ContentLength, len(tc.body))
+			}
+		})
+	}
+}
+
+// raceConn is a connection to the app on which a test stages the race of
+// the app closing an idle keep-alive connection just as the gateway sends
+// a request on it. Once armed, the read that learns of the app's close is
+// held back until a write starts, and that write waits until the
+// transport has closed the connection, so that nothing of the request is
+// written: the transport learns of the close before it wrote anything.
+type raceConn struct {
+	net.Conn
+	armed                           atomic.Bool
+	sawClose, writing, closed       chan struct{}
+	sawOnce, writingOnce, closeOnce sync.Once
+}
+
+func (c *raceConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	if err != nil && c.armed.Load() {
+		c.sawOnce.Do(func() { close(c.sawClose) })
+		select {
+		case <-c.writing:
+		case <-c.closed:
+		}
+	}
+	return n, err
+}
+
+func (c *raceConn) Write(p []byte) (int, error) {
+	if c.armed.Load() {
+		c.writingOnce.Do(func() { close(c.writing) })
+		<-c.closed
+	}
+	return c.Conn.Write(p)
+}
+
+func (c *raceConn) Close() error {
+	c.closeOnce.Do(func() { close(c.closed) })
+	return c.Conn.Close()
+}
+
+// raceDialer dials raceConns and remembers them.
+type raceDialer struct {
+	mu    sync.Mutex
+	conns []*raceConn
+}
+
+func (d *raceDialer) DialContext(ctx context.Context, network, addr string) (net.Conn, error) {
+	c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+	if err != nil {
+		return nil, err
+	}
+	rc := &raceConn{Conn: c, sawClose: make(chan struct{}), writing: make(chan struct{}), closed: make(chan struct{})}
+	d.mu.Lock()
+	d.conns = append(d.conns, rc)
+	d.mu.Unlock()
+	return rc, nil
+}
+
+func (d *raceDialer) dialed() []*raceConn {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return append([]*raceConn(nil), d.conns...)
+}
+
+// TestRequestOnAConnectionTheAppClosedIsSentAgain: when the app closes an
+// idle keep-alive connection just as the gateway sends a request on it,
+// and the transport learns of it before it wrote any of the request, the
+// app never saw the request: the transport sends it on a new connection,
+// and the app gets it once, whatever its body: none, one a policy read, or
+// one streaming from the client (of which the transport sends the headers
+// before reading it).
+func TestRequestOnAConnectionTheAppClosedIsSentAgain(t *testing.T) {
+	const routes = `routes:
+  - {match: "POST /orders", policy: idempotency_key, required: true}
+  - {match: "POST /checkout", policy: token, purpose: checkout}
+`
+	type request struct {
+		path, body string
+		header     []string
+		chunked    bool
+	}
+	tests := []struct {
+		name string
+		req  func(tok string) request
+	}{
+		{"a routed POST with a body", func(string) request {
+			return request{path: "/orders", body: `{"item":"book"}`, header: []string{"Idempotency-Key", `"k2"`, "Content-Type", "application/json"}}
+		}},
+		{"a routed POST without a body", func(string) request {
+			return request{path: "/orders", header: []string{"Idempotency-Key", `"k2"`}}
+		}},
+		{"a token in a form field: the body the gateway read", func(tok string) request {
+			return request{path: "/checkout", body: "item=book&idempotency_token=" + url.QueryEscape(tok), header: []string{"Content-Type", "application/x-www-form-urlencoded"}}
+		}},
+		{"an unrouted POST without a body", func(string) request {
+			return request{path: "/comments"}
+		}},
+		{"a token in a header: the body streamed from the client", func(tok string) request {
+			return request{path: "/checkout", body: "item=book", header: []string{handlers.TokenHeader, tok, "Content-Type", "application/x-www-form-urlencoded"}}
+		}},
+		{"an unrouted POST with a body streamed from the client", func(string) request {
+			return request{path: "/comments", body: "text=hi", header: []string{"Content-Type", "application/x-www-form-urlencoded"}}
+		}},
+		{"an unrouted POST with a chunked body", func(string) request {
+			return request{path: "/files/1", body: "in chunks", chunked: true}
+		}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			a := newApp(t)
+			dialer := &raceDialer{}
+			tr := gateway.NewTransport()
+			tr.DialContext = dialer.DialContext
+			tr.MaxConnsPerHost = 1 // the request after the warm-up goes on the warm connection
+			t.Cleanup(tr.CloseIdleConnections)
+			d := newDeps(t)
+			gw := serve(t, a.url(t), routes, gateway.WithKeeper(d.keeper), gateway.WithTokens(d.tokens), gateway.WithTransport(tr))
+			is, err := d.tokens.Issue(context.Background(), token.IssueRequest{Purpose: "checkout"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			rq := tc.req(is.Token)
+			send := func() (int, string) {
+				req := newRequest(t, "POST", gw.URL+rq.path, rq.body, rq.header...)
+				if rq.chunked {
+					req.Body, req.GetBody, req.ContentLength = io.NopCloser(strings.NewReader(rq.body)), nil, -1
+				}
+				status, _, body := do(t, req)
+				return status, body
+			}
+
+			if status, _, body := do(t, newRequest(t, "GET", gw.URL+"/warm-up", "")); status != http.StatusCreated {
+				t.Fatalf("warm-up = %d %s", status, body)
+			}
+			warm := dialer.dialed()
+			if len(warm) != 1 {
+				t.Fatalf("%d connections after the warm-up, want 1", len(warm))
+			}
+			warm[0].armed.Store(true)
+			a.srv.CloseClientConnections() // the app closes the idle connection
+			<-warm[0].sawClose             // and the transport's read learns of it, held back
+
+			status, body := send()
+			got := a.requests()[1:]
+			if status != http.StatusCreated || len(got) != 1 || got[0].Body != rq.body {
+				t.Fatalf("= %d %s; the app got %+v, want the request once", status, body, got)
+			}
+			if n := len(dialer.dialed()); n != 2 {
+				t.Fatalf("%d connections, want 2: the request went out again on a new one", n)
+			}
+		})
+	}
+}
+
+// TestAppIsSpokenHTTP1: the default transport talks HTTP/1.1 to the app,
+// even to one offering HTTP/2: net/http's HTTP/2 client resends a request
+// the app reset with PROTOCOL_ERROR, which the app may have run.
+func TestAppIsSpokenHTTP1(t *testing.T) {
+	var mu sync.Mutex
+	var protos []string
+	app := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		protos = append(protos, r.Proto)
+		mu.Unlock()
+		w.WriteHeader(http.StatusCreated)
+	}))
+	app.EnableHTTP2 = true
+	app.StartTLS()
+	t.Cleanup(app.Close)
+	tr := gateway.NewTransport()
+	tr.TLSClientConfig = app.Client().Transport.(*http.Transport).TLSClientConfig
+	if tr.Protocols.HTTP2() || tr.Protocols.UnencryptedHTTP2() || !tr.Protocols.HTTP1() {
+		t.Fatalf("NewTransport's protocols = %v, want HTTP/1 only", tr.Protocols)
+	}
+	u, err := url.Parse(app.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := newDeps(t)
+	gw := serve(t, u, "routes:\n  - {match: \"POST /orders\", policy: idempotency_key, required: true}\n",
+		gateway.WithKeeper(d.keeper), gateway.WithTransport(tr))
+	for _, req := range []*http.Request{
+		newRequest(t, "GET", gw.URL+"/", ""),
+		newRequest(t, "POST", gw.URL+"/orders", "{}", "Idempotency-Key", `"k1"`),
+	} {
+		if status, _, body := do(t, req); status != http.StatusCreated {
+			t.Fatalf("%s %s = %d %s", req.Method, req.URL.Path, status, body)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if !slices.Equal(protos, []string{"HTTP/1.1", "HTTP/1.1"}) {
+		t.Fatalf("the app was spoken %v, want HTTP/1.1", protos)
+	}
+}
+
+// TestNeverSent: only an error that proves no byte of the request reached
+// the app releases a recorded route's record, and only for a method the
+// transport never resends once written.
+func TestNeverSent(t *testing.T) {
+	dial := &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}
+	tests := []struct {
+		name   string
+		method string
+		err    error
+		want   bool
+	}{
+		{"a refused dial", "POST", dial, true},
+		{"a DNS failure", "POST", &net.OpError{Op: "dial", Net: "tcp", Err: &net.DNSError{Err: "no such host", Name: "app", IsNotFound: true}}, true},
+		{"a failed dial to an HTTP proxy", "PATCH", &net.OpError{Op: "proxyconnect", Net: "tcp", Err: dial}, true},
+		{"a TLS handshake timeout", "POST", errors.New("net/http: TLS handshake timeout"), true},
+		{"a refused dial of a GET, which may follow a written attempt", "GET", dial, false},
+		{"a reset after writing", "POST", &net.OpError{Op: "read", Net: "tcp", Err: syscall.ECONNRESET}, false},
+		{"EOF before the answer", "POST", io.EOF, false},
+		{"a broken connection", "POST", fmt.Errorf("net/http: HTTP/1.x transport connection broken: %w", io.ErrUnexpectedEOF), false},
+		{"the server closed the idle connection", "POST", errors.New("http: server closed idle connection"), false},
+		{"a timeout waiting for the answer", "POST", context.DeadlineExceeded, false},
+		{"a TLS certificate error", "POST", &tls.CertificateVerificationError{Err: errors.New("x509: unknown authority")}, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := gateway.NeverSent(tc.method, tc.err); got != tc.want {
+				t.Fatalf("neverSent(%s, %v) = %v, want %v", tc.method, tc.err, got, tc.want)
 			}
 		})
 	}
