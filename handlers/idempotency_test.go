@@ -453,44 +453,57 @@ func TestIdempotencyFiftyConcurrentRequestsRunOnce(t *testing.T) {
 					created(w, r, run)
 				}}
 				h := sh.mount(handlers.NewIdempotencyGuard(k, quiet), app)
-				start := make(chan struct{})
-				results := make(chan *httptest.ResponseRecorder, n)
-				var wg sync.WaitGroup
-				for range n {
-					wg.Go(func() {
-						r := req{}.build()
-						<-start
-						results <- serve(h, r)
-					})
-				}
-				close(start)
-				var got []*httptest.ResponseRecorder
-				for range n - 1 { // the one that runs is held
-					got = append(got, <-results)
-				}
-				close(hold)
-				wg.Wait()
-				got = append(got, <-results)
-
-				counts := map[string]int{}
-				for _, w := range got {
-					switch {
-					case w.Code == 201 && w.Header().Get(handlers.IdempotentReplayedHeader) == "":
-						counts["ran"]++
-					case w.Code == 409 && codeOf(w) == "request_in_progress" && w.Header().Get("Retry-After") == "1":
-						counts["in progress"]++
-					default:
-						t.Errorf("unexpected answer %d %v %s", w.Code, w.Header(), w.Body)
-					}
-				}
-				if app.runs.Load() != 1 || counts["ran"] != 1 || counts["in progress"] != n-1 {
-					t.Fatalf("runs=%d answers=%v, want 1 run, 1 first answer, %d in progress", app.runs.Load(), counts, n-1)
-				}
+				got := sendHeld(n, hold, func(int) *httptest.ResponseRecorder { return serve(h, req{}.build()) })
+				wantOneRun(t, got, 201, app.runs.Load())
 				if w := serve(h, req{}.build()); w.Code != 201 || w.Header().Get(handlers.IdempotentReplayedHeader) != "true" {
 					t.Fatalf("after completion: %d %v", w.Code, w.Header())
 				}
 			})
 		}
+	}
+}
+
+// sendHeld sends n requests at once, send(i) each, to a handler whose one
+// run waits on hold: n-1 answers arrive while it waits, then hold is
+// closed and the last arrives. It returns every answer.
+func sendHeld(n int, hold chan struct{}, send func(i int) *httptest.ResponseRecorder) []*httptest.ResponseRecorder {
+	start := make(chan struct{})
+	results := make(chan *httptest.ResponseRecorder, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			<-start
+			results <- send(i)
+		})
+	}
+	close(start)
+	var got []*httptest.ResponseRecorder
+	for range n - 1 { // the one that runs is held
+		got = append(got, <-results)
+	}
+	close(hold)
+	wg.Wait()
+	return append(got, <-results)
+}
+
+// wantOneRun checks sendHeld's answers: the handler ran once (runs), one
+// answer is its fresh status, and every other is 409 request_in_progress
+// with Retry-After: 1.
+func wantOneRun(t *testing.T, got []*httptest.ResponseRecorder, status int, runs int32) {
+	t.Helper()
+	counts := map[string]int{}
+	for _, w := range got {
+		switch {
+		case w.Code == status && w.Header().Get(handlers.IdempotentReplayedHeader) == "":
+			counts["ran"]++
+		case w.Code == 409 && codeOf(w) == "request_in_progress" && w.Header().Get("Retry-After") == "1":
+			counts["in progress"]++
+		default:
+			t.Errorf("unexpected answer %d %v %s", w.Code, w.Header(), w.Body)
+		}
+	}
+	if runs != 1 || counts["ran"] != 1 || counts["in progress"] != len(got)-1 {
+		t.Fatalf("runs=%d answers=%v, want 1 run, 1 first answer, %d in progress", runs, counts, len(got)-1)
 	}
 }
 

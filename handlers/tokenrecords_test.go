@@ -11,7 +11,6 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -246,37 +245,8 @@ func TestGuardTokenRecordsFiftyConcurrentSubmitsRunOnce(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				start := make(chan struct{})
-				results := make(chan *httptest.ResponseRecorder, n)
-				var wg sync.WaitGroup
-				for i := range n {
-					wg.Go(func() {
-						<-start
-						results <- submit(h, is.Token, i%2 == 0)
-					})
-				}
-				close(start)
-				var got []*httptest.ResponseRecorder
-				for range n - 1 { // the one that runs is held
-					got = append(got, <-results)
-				}
-				close(hold)
-				wg.Wait()
-				got = append(got, <-results)
-				counts := map[string]int{}
-				for _, w := range got {
-					switch {
-					case w.Code == 303 && w.Header().Get(handlers.IdempotentReplayedHeader) == "":
-						counts["ran"]++
-					case w.Code == 409 && codeOf(w) == "request_in_progress" && w.Header().Get("Retry-After") == "1":
-						counts["in progress"]++
-					default:
-						t.Errorf("unexpected answer %d %v %s", w.Code, w.Header(), w.Body)
-					}
-				}
-				if app.runs.Load() != 1 || counts["ran"] != 1 || counts["in progress"] != n-1 {
-					t.Fatalf("runs=%d answers=%v; want 1 run, 1 first answer, %d in progress", app.runs.Load(), counts, n-1)
-				}
+				got := sendHeld(n, hold, func(i int) *httptest.ResponseRecorder { return submit(h, is.Token, i%2 == 0) })
+				wantOneRun(t, got, 303, app.runs.Load())
 				if w := submit(h, is.Token, false); w.Code != 303 || w.Header().Get(handlers.IdempotentReplayedHeader) != "true" || w.Header().Get("Location") != "/orders/1" {
 					t.Fatalf("after completion: %d %v", w.Code, w.Header())
 				}
