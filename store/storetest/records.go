@@ -5,7 +5,6 @@ import (
 	"context"
 	"crypto/rand"
 	"fmt"
-	"sync"
 	"testing"
 	"time"
 
@@ -328,19 +327,11 @@ func runRecords(t *testing.T, open func(t *testing.T) Instance) {
 			acquired bool
 			err      error
 		}
-		outcomes := make([]outcome, racers)
-		var wg sync.WaitGroup
-		start := make(chan struct{})
-		for i := range outcomes {
-			wg.Go(func() {
-				o := fmt.Sprintf("racer-%d", i)
-				<-start
-				rec, acquired, err := in.Store.Acquire(ctx, key, fp1, o, in.Now().Add(time.Minute))
-				outcomes[i] = outcome{o, rec, acquired, err}
-			})
-		}
-		close(start)
-		wg.Wait()
+		outcomes := race(racers, func(i int) outcome {
+			o := fmt.Sprintf("racer-%d", i)
+			rec, acquired, err := in.Store.Acquire(ctx, key, fp1, o, in.Now().Add(time.Minute))
+			return outcome{o, rec, acquired, err}
+		})
 		winner := ""
 		for _, o := range outcomes {
 			switch {

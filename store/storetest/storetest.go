@@ -7,6 +7,7 @@ package storetest
 
 import (
 	"context"
+	"errors"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -46,6 +47,26 @@ var seq atomic.Int64
 // ID returns an ID unique within this process, for test tokens.
 func ID() string {
 	return strconv.FormatInt(time.Now().UnixNano(), 10) + "-" + strconv.FormatInt(seq.Add(1), 10)
+}
+
+// errReplay marks a PutNonce that found its nonce, in race results.
+var errReplay = errors.New("storetest: replay")
+
+// race calls f(0) … f(n-1) at once, each in its own goroutine released
+// by one signal, and returns their results in order.
+func race[T any](n int, f func(i int) T) []T {
+	out := make([]T, n)
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range out {
+		wg.Go(func() {
+			<-start
+			out[i] = f(i)
+		})
+	}
+	close(start)
+	wg.Wait()
+	return out
 }
 
 // Run runs the whole conformance suite against the stores newStore makes.
@@ -214,30 +235,23 @@ func Run(t *testing.T, newStore Factory) {
 			ids[i] = ID()
 			mustPut(t, in, ids[i], checkoutAlice, time.Minute)
 		}
-		var mu sync.Mutex
+		type outcome struct {
+			res store.RedeemResult
+			err error
+		}
+		outcomes := race(tokens*racers, func(i int) outcome {
+			res, err := in.Store.RedeemToken(ctx, ids[i%tokens], checkoutAlice)
+			return outcome{res, err}
+		})
 		counts := map[store.RedeemResult]int{}
 		var errs []error
-		var wg sync.WaitGroup
-		start := make(chan struct{})
-		for _, id := range ids {
-			for range racers {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					<-start
-					res, err := in.Store.RedeemToken(ctx, id, checkoutAlice)
-					mu.Lock()
-					defer mu.Unlock()
-					if err != nil {
-						errs = append(errs, err)
-						return
-					}
-					counts[res]++
-				}()
+		for _, o := range outcomes {
+			if o.err != nil {
+				errs = append(errs, o.err)
+				continue
 			}
+			counts[o.res]++
 		}
-		close(start)
-		wg.Wait()
 		if len(errs) > 0 {
 			t.Fatalf("%d errors, first: %v", len(errs), errs[0])
 		}
@@ -286,29 +300,28 @@ func Run(t *testing.T, newStore Factory) {
 	t.Run("concurrent nonces: exactly one is fresh", func(t *testing.T) {
 		in := open(t)
 		n := ID()
-		var wg sync.WaitGroup
-		var fresh, replays, errs atomic.Int64
-		start := make(chan struct{})
-		for range 50 {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				<-start
-				ok, err := in.Store.PutNonce(ctx, "k", n, in.Now().Add(time.Minute))
-				switch {
-				case err != nil:
-					errs.Add(1)
-				case ok:
-					fresh.Add(1)
-				default:
-					replays.Add(1)
-				}
-			}()
+		var fresh, replays, errs int
+		for _, err := range race(50, func(int) error {
+			ok, err := in.Store.PutNonce(ctx, "k", n, in.Now().Add(time.Minute))
+			switch {
+			case err != nil:
+				return err
+			case ok:
+				return nil
+			}
+			return errReplay
+		}) {
+			switch err {
+			case nil:
+				fresh++
+			case errReplay:
+				replays++
+			default:
+				errs++
+			}
 		}
-		close(start)
-		wg.Wait()
-		if fresh.Load() != 1 || replays.Load() != 49 || errs.Load() != 0 {
-			t.Fatalf("fresh=%d replays=%d errors=%d; want 1, 49, 0", fresh.Load(), replays.Load(), errs.Load())
+		if fresh != 1 || replays != 49 || errs != 0 {
+			t.Fatalf("fresh=%d replays=%d errors=%d; want 1, 49, 0", fresh, replays, errs)
 		}
 	})
 

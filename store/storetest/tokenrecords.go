@@ -3,7 +3,6 @@ package storetest
 import (
 	"context"
 	"fmt"
-	"sync"
 	"testing"
 	"time"
 
@@ -271,19 +270,11 @@ func runTokenRecords(t *testing.T, open func(t *testing.T) Instance) {
 			rec   store.Record
 			err   error
 		}
-		outcomes := make([]outcome, racers)
-		var wg sync.WaitGroup
-		start := make(chan struct{})
-		for i := range outcomes {
-			wg.Go(func() {
-				o := fmt.Sprintf("racer-%d", i)
-				<-start
-				res, rec, err := in.Store.RedeemRecord(ctx, id, checkoutAlice, o, in.Now().Add(time.Minute))
-				outcomes[i] = outcome{o, res, rec, err}
-			})
-		}
-		close(start)
-		wg.Wait()
+		outcomes := race(racers, func(i int) outcome {
+			o := fmt.Sprintf("racer-%d", i)
+			res, rec, err := in.Store.RedeemRecord(ctx, id, checkoutAlice, o, in.Now().Add(time.Minute))
+			return outcome{o, res, rec, err}
+		})
 		var winner *outcome
 		for i, o := range outcomes {
 			switch {
