@@ -103,7 +103,7 @@ func (m *Metrics) Instrument(st store.Store) store.Store {
 		return st
 	}
 	is := &instrumented{Store: st, m: m, obs: map[string]prometheus.Observer{}, errs: map[string]prometheus.Counter{}}
-	for _, op := range []string{"put", "redeem", "redeem_record", "nonce", "acquire", "renew", "complete", "release", "ping", "allow"} {
+	for _, op := range []string{"put", "redeem", "nonce", "acquire", "renew", "complete", "release", "ping", "allow"} {
 		is.obs[op] = m.storeDur.WithLabelValues(op)
 		is.errs[op] = m.storeErrs.WithLabelValues(op)
 	}
@@ -127,51 +127,42 @@ func (s *instrumented) done(op string, start time.Time, err error) {
 	}
 }
 
-func (s *instrumented) PutToken(ctx context.Context, id string, t store.Token, exp time.Time) (bool, error) {
+// Put is timed as "nonce" for a nonce's key, else as "put".
+func (s *instrumented) Put(ctx context.Context, key string, t store.Token, ttl time.Duration) (bool, error) {
+	op := "put"
+	if store.IsNonceKey(key) {
+		op = "nonce"
+	}
 	start := time.Now()
-	ok, err := s.Store.PutToken(ctx, id, t, exp)
-	s.done("put", start, err)
+	ok, err := s.Store.Put(ctx, key, t, ttl)
+	s.done(op, start, err)
 	return ok, err
 }
 
-func (s *instrumented) RedeemToken(ctx context.Context, id string, t store.Token) (store.RedeemResult, error) {
+func (s *instrumented) Redeem(ctx context.Context, id string, t store.Token, owner string, lease time.Duration) (store.RedeemResult, store.Record, error) {
 	start := time.Now()
-	res, err := s.Store.RedeemToken(ctx, id, t)
+	res, rec, err := s.Store.Redeem(ctx, id, t, owner, lease)
 	s.done("redeem", start, err)
-	return res, err
-}
-
-func (s *instrumented) RedeemRecord(ctx context.Context, id string, t store.Token, owner string, leaseUntil time.Time) (store.RedeemResult, store.Record, error) {
-	start := time.Now()
-	res, rec, err := s.Store.RedeemRecord(ctx, id, t, owner, leaseUntil)
-	s.done("redeem_record", start, err)
 	return res, rec, err
 }
 
-func (s *instrumented) PutNonce(ctx context.Context, scope, nonce string, exp time.Time) (bool, error) {
+func (s *instrumented) Acquire(ctx context.Context, key, fingerprint, owner string, lease time.Duration) (store.Record, bool, error) {
 	start := time.Now()
-	ok, err := s.Store.PutNonce(ctx, scope, nonce, exp)
-	s.done("nonce", start, err)
-	return ok, err
-}
-
-func (s *instrumented) Acquire(ctx context.Context, key, fingerprint, owner string, leaseUntil time.Time) (store.Record, bool, error) {
-	start := time.Now()
-	rec, ok, err := s.Store.Acquire(ctx, key, fingerprint, owner, leaseUntil)
+	rec, ok, err := s.Store.Acquire(ctx, key, fingerprint, owner, lease)
 	s.done("acquire", start, err)
 	return rec, ok, err
 }
 
-func (s *instrumented) Renew(ctx context.Context, key, owner string, leaseUntil time.Time) (bool, error) {
+func (s *instrumented) Renew(ctx context.Context, key, owner string, lease time.Duration) (bool, error) {
 	start := time.Now()
-	ok, err := s.Store.Renew(ctx, key, owner, leaseUntil)
+	ok, err := s.Store.Renew(ctx, key, owner, lease)
 	s.done("renew", start, err)
 	return ok, err
 }
 
-func (s *instrumented) Complete(ctx context.Context, key, owner string, response []byte, keepUntil time.Time) (bool, error) {
+func (s *instrumented) Complete(ctx context.Context, key, owner string, response []byte, keep time.Duration) (bool, error) {
 	start := time.Now()
-	ok, err := s.Store.Complete(ctx, key, owner, response, keepUntil)
+	ok, err := s.Store.Complete(ctx, key, owner, response, keep)
 	s.done("complete", start, err)
 	return ok, err
 }

@@ -16,19 +16,19 @@ type failingRecords struct{ *memory.Store }
 
 var errDown = errors.New("store down")
 
-func (failingRecords) Acquire(context.Context, string, string, string, time.Time) (store.Record, bool, error) {
+func (failingRecords) Acquire(context.Context, string, string, string, time.Duration) (store.Record, bool, error) {
 	return store.Record{}, false, errDown
 }
 
-func (failingRecords) RedeemRecord(context.Context, string, store.Token, string, time.Time) (store.RedeemResult, store.Record, error) {
+func (failingRecords) Redeem(context.Context, string, store.Token, string, time.Duration) (store.RedeemResult, store.Record, error) {
 	return 0, store.Record{}, errDown
 }
 
-func (failingRecords) Renew(context.Context, string, string, time.Time) (bool, error) {
+func (failingRecords) Renew(context.Context, string, string, time.Duration) (bool, error) {
 	return false, errDown
 }
 
-func (failingRecords) Complete(context.Context, string, string, []byte, time.Time) (bool, error) {
+func (failingRecords) Complete(context.Context, string, string, []byte, time.Duration) (bool, error) {
 	return false, errDown
 }
 
@@ -67,7 +67,7 @@ func samples(t *testing.T, m *metrics.Metrics) (durations, errs map[string]uint6
 // are timed and counted under their own op labels.
 func TestInstrumentRecords(t *testing.T) {
 	ctx := context.Background()
-	ops := []string{"acquire", "renew", "complete", "release", "redeem_record"}
+	ops := []string{"acquire", "renew", "complete", "release", "redeem"}
 	tests := []struct {
 		name    string
 		store   func() store.Store
@@ -81,7 +81,7 @@ func TestInstrumentRecords(t *testing.T) {
 			m := metrics.New()
 			st := m.Instrument(tc.store())
 			defer st.Close()
-			exp := time.Now().Add(time.Minute)
+			exp := time.Minute
 			results := map[string]error{}
 			var acquired, renewed, completed, released bool
 			_, acquired, results["acquire"] = st.Acquire(ctx, "k", "fp", "o", exp)
@@ -90,7 +90,7 @@ func TestInstrumentRecords(t *testing.T) {
 			_, _, _ = st.Acquire(ctx, "k2", "fp", "o", exp)
 			released, results["release"] = st.Release(ctx, "k2", "o")
 			var res store.RedeemResult
-			res, _, results["redeem_record"] = st.RedeemRecord(ctx, "never-issued", store.Token{Purpose: "p"}, "o", exp)
+			res, _, results["redeem"] = st.Redeem(ctx, "never-issued", store.Token{Purpose: "p"}, "o", exp)
 			durations, errs := samples(t, m)
 			for _, op := range ops {
 				if gotErr := results[op] != nil; gotErr != tc.wantErr {

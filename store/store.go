@@ -4,55 +4,129 @@
 // (store/memory, store/redis) never import the packages that use them.
 // Every implementation is checked by the one conformance suite in
 // store/storetest.
+//
+// # Keys
+//
+// A store holds three kinds of entries, each under its own keys:
+//
+//   - tokens, under their ID (Put, Redeem);
+//   - nonces, under NonceKey(scope, nonce) (Put): set-if-absent markers
+//     with nothing to redeem;
+//   - records of an execution (Acquire, Renew, Complete, Release), under a
+//     caller's key, or a token's own record under TokenRecordKey(id),
+//     which Redeem opens beside the token.
+//
+// Keys beginning with "\x00" are the store's own: a caller's token ID or
+// record key never begins with it.
+//
+// # Time
+//
+// Every expiry is a duration from the moment the store carries the call
+// out, measured by the store's own clock (the Redis or PostgreSQL
+// server's, the process's for the memory store), never an instant
+// computed on the caller's clock: how long an entry lives does not depend
+// on how far the caller's clock is from the store's. A duration <= 0 acts
+// as if the entry were set and reached its expiry at once.
+//
+// # Errors
+//
+// Every error a store returns is ErrFull or wraps ErrUnavailable: the
+// store did not confirm the operation, its outcome is unknown, and the
+// caller must treat it as a failure. Outcomes that are answers (a token
+// absent, a record held by another owner) are results with a nil error.
 package store
 
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strconv"
 	"time"
 )
 
-// TokenRecordPrefix begins every record key that names a token's record
-// (see TokenRecordKey). Record keys beginning with "\x00" are reserved
-// for the stores' own use: callers of Acquire must not choose them.
-const TokenRecordPrefix = "\x00t"
+// Reserved key prefixes; see TokenRecordKey and NonceKey.
+const (
+	tokenRecordPrefix = "\x00t"
+	noncePrefix       = "\x00n"
+)
 
-// TokenRecordKey returns the record key of token id's record, as opened
-// by RedeemRecord: pass it to Renew, Complete and Release. A store keeps
+// TokenRecordKey returns the record key of token id's own record, as
+// opened by Redeem: pass it to Renew, Complete and Release. A store keeps
 // the record beside the token (in Redis, in the same hash slot), so that
 // one atomic step can look at both.
-func TokenRecordKey(id string) string { return TokenRecordPrefix + id }
+func TokenRecordKey(id string) string { return tokenRecordPrefix + id }
 
-// Fingerprint returns the fingerprint of a record that RedeemRecord opens
-// for t: t.Purpose + "\n" + t.Subject.
-func (t Token) Fingerprint() string { return t.Purpose + "\n" + t.Subject }
+// TokenOfRecord returns the token ID of a key made by TokenRecordKey, and
+// false for any other key.
+func TokenOfRecord(key string) (id string, ok bool) {
+	if len(key) < len(tokenRecordPrefix) || key[:len(tokenRecordPrefix)] != tokenRecordPrefix {
+		return "", false
+	}
+	return key[len(tokenRecordPrefix):], true
+}
+
+// NonceKey returns the key under which Put records nonce within scope (a
+// client's key ID, say): "\x00n" + len(scope) + ":" + scope + ":" + nonce,
+// with the length in decimal. It is unambiguous for every scope and
+// nonce, whatever bytes they hold: the scope's length comes first.
+func NonceKey(scope, nonce string) string {
+	return noncePrefix + strconv.Itoa(len(scope)) + ":" + scope + ":" + nonce
+}
+
+// IsNonceKey reports whether key was made by NonceKey.
+func IsNonceKey(key string) bool {
+	return len(key) >= len(noncePrefix) && key[:len(noncePrefix)] == noncePrefix
+}
+
+// Reserved reports whether key is one of the store's own (it begins with
+// "\x00"): never a token ID or a caller's record key.
+func Reserved(key string) bool { return len(key) > 0 && key[0] == 0 }
 
 var (
-	// ErrFull is returned by PutToken, PutNonce, Acquire and RedeemRecord
-	// when a bounded store holds as many live entries as it may. Live
-	// entries are never evicted to make room.
+	// ErrUnavailable is wrapped by every error of a store that did not
+	// confirm the operation: a network failure, a timeout, a canceled
+	// context, a closed store. The outcome is unknown.
+	ErrUnavailable = errors.New("store: unavailable")
+	// ErrFull is returned by Put, Redeem and Acquire when a bounded store
+	// holds as many live entries as it may. Live entries are never
+	// evicted to make room. Nothing was stored.
 	ErrFull = errors.New("store: full")
-	// ErrClosed is returned by any call made after Close.
-	ErrClosed = errors.New("store: closed")
+	// ErrClosed is returned by any call made after Close. It wraps
+	// ErrUnavailable.
+	ErrClosed = fmt.Errorf("%w: closed", ErrUnavailable)
 )
+
+// Unavailable returns err wrapped in ErrUnavailable, with op as context,
+// unless it already wraps ErrUnavailable or is ErrFull. Stores call it on
+// every error they return.
+func Unavailable(op string, err error) error {
+	if errors.Is(err, ErrUnavailable) || errors.Is(err, ErrFull) {
+		return err
+	}
+	return fmt.Errorf("%w: %s: %w", ErrUnavailable, op, err)
+}
 
 // Token is what the store keeps for one issued, unredeemed token.
 type Token struct {
-	// Purpose is the purpose the token was issued for.
+	// Purpose is the purpose the token was issued for. It never contains
+	// a newline.
 	Purpose string
 	// Subject is the subject the token is bound to; empty when unbound.
 	Subject string
 }
 
+// Fingerprint returns the fingerprint of the record that Redeem opens for
+// t: t.Purpose + "\n" + t.Subject.
+func (t Token) Fingerprint() string { return t.Purpose + "\n" + t.Subject }
+
 // RedeemResult says what an atomic redemption found.
 type RedeemResult int
 
-// The outcomes of RedeemToken and RedeemRecord. Only Redeemed removes
-// the token (or, for RedeemRecord with an owner, marks it taken by a
-// record).
+// The outcomes of Redeem. Only Redeemed changes anything.
 const (
-	// Redeemed: the token was present, purpose and subject matched, and it
-	// has now been deleted. Exactly one caller ever sees this per token.
+	// Redeemed: the token was present, purpose and subject matched, and
+	// it has now been deleted (without an owner) or taken by a new record
+	// (with one). Exactly one caller ever sees this per token.
 	Redeemed RedeemResult = iota + 1
 	// Absent: no live token has this ID (never issued, already redeemed,
 	// or expired).
@@ -64,8 +138,8 @@ const (
 	// when the token is bound and the caller gave no subject, or the token
 	// is unbound and the caller gave one). It stays valid.
 	SubjectMismatch
-	// Recorded: the token has a live record, processing or completed
-	// (RedeemRecord only). The token counts as taken.
+	// Recorded: the token has a live record, processing or completed,
+	// with the caller's fingerprint. The token counts as taken.
 	Recorded
 )
 
@@ -86,96 +160,76 @@ func (r RedeemResult) String() string {
 	return "unknown"
 }
 
-// Store keeps issued tokens until they are redeemed or expire.
+// Store keeps issued tokens until they are redeemed or expire, nonces
+// until their window has passed, and records of executions.
 //
 // Every method takes a context; implementations honour its deadline and
-// return an error when they cannot confirm the operation. An error means
-// "unknown outcome, treat as failure": callers must never report success
-// on an error. Errors are for system failures only; a missing token is
-// Absent with a nil error.
+// return an error wrapping ErrUnavailable when they cannot confirm the
+// operation (see the package documentation). Exactly one of any number of
+// concurrent callers wins each set-if-absent (Put, Acquire) and each
+// redemption.
 type Store interface {
-	// PutToken stores t under id if no live entry has that id, expiring at
-	// expiresAt (never later). created is false and err is nil when a live
-	// entry already holds id; the existing entry is left untouched.
-	// A bounded store that is full returns ErrFull.
-	PutToken(ctx context.Context, id string, t Token, expiresAt time.Time) (created bool, err error)
+	// Put stores t under key if no live entry holds key, for ttl.
+	// created is false and err is nil when a live entry already holds
+	// key; the existing entry is left untouched. key is a token ID, or a
+	// NonceKey, whose entry is a set-if-absent marker (t is then ignored):
+	// created false means the nonce was seen before. A bounded store that
+	// is full returns ErrFull.
+	Put(ctx context.Context, key string, t Token, ttl time.Duration) (created bool, err error)
 
-	// RedeemToken atomically compares the live entry under id with want
-	// and deletes it only when both Purpose and Subject are equal. The
-	// result tells which of the outcomes happened; err is nil for all of
-	// them and reserved for system failures. While the token has a live
-	// record (see RedeemRecord) it is taken: the result is Absent and
-	// nothing changes.
-	RedeemToken(ctx context.Context, id string, want Token) (RedeemResult, error)
-
-	// RedeemRecord redeems token id for want and can open a record of the
+	// Redeem redeems token id for want and can open a record of the
 	// execution it starts, under TokenRecordKey(id), in one atomic step:
 	//
 	//   - the token has a live record whose fingerprint is
 	//     want.Fingerprint(): Recorded, and rec is that record,
 	//     processing or completed; for another fingerprint,
-	//     PurposeMismatch or SubjectMismatch as RedeemToken decides them.
-	//     Nothing changes;
-	//   - else the token is absent or does not match want: Absent,
-	//     PurposeMismatch or SubjectMismatch, as RedeemToken. Nothing
-	//     changes;
-	//   - else, with an empty owner, the token is deleted as by
-	//     RedeemToken: Redeemed, and rec is empty;
+	//     PurposeMismatch or SubjectMismatch as the record's fingerprint
+	//     decides. Nothing changes;
+	//   - else the token is absent (id may be any string; a reserved one
+	//     is absent), or it does not match want: Absent, PurposeMismatch
+	//     (another purpose) or SubjectMismatch (the same purpose, another
+	//     subject). Nothing changes;
+	//   - else, with an empty owner, the token is deleted: Redeemed, and
+	//     rec is empty;
 	//   - else the token is kept and a processing record with want's
-	//     fingerprint, owned by owner and leased until leaseUntil, is
-	//     opened beside it: Redeemed, and rec is the new record.
+	//     fingerprint, owned by owner and leased for lease, is opened
+	//     beside it: Redeemed, and rec is the new record.
 	//
-	// A token with a live record is taken: RedeemToken answers Absent.
-	// When the lease ends without Complete (a crash) the record is gone
-	// and the token, if still live, can be redeemed again, once; Release
-	// deletes the record to the same effect. Complete on the record key
-	// deletes the token, so it cannot come back when the completed record
-	// expires. Renew works as for any record.
-	//
-	// Exactly one of any number of concurrent callers gets Redeemed. A
-	// leaseUntil that has already passed redeems without leaving a record,
-	// as for Acquire: the token stays live. A bounded store that is full returns ErrFull when it
-	// would open a record; the other outcomes are answered as usual.
-	RedeemRecord(ctx context.Context, id string, want Token, owner string, leaseUntil time.Time) (res RedeemResult, rec Record, err error)
-
-	// PutNonce records nonce within scope (a client's key ID, say) until
-	// expiresAt, if no live record of it exists. fresh is false and err is
-	// nil when one does: the nonce was seen before, a replay. Exactly one
-	// of any number of concurrent callers sees fresh. A bounded store that
-	// is full returns ErrFull. scope and nonce may hold any bytes.
-	PutNonce(ctx context.Context, scope, nonce string, expiresAt time.Time) (fresh bool, err error)
+	// While the token has a live record it is taken. When the lease ends
+	// without Complete (a crash) the record is gone and the token, if still
+	// live, can be redeemed again, once; Release deletes the record to the
+	// same effect. Complete on the record key deletes the token, so it
+	// cannot come back when the completed record expires. A lease <= 0
+	// redeems without leaving a record: the token stays live. A bounded
+	// store that is full returns ErrFull when it would open a record; the
+	// other outcomes are answered as usual.
+	Redeem(ctx context.Context, id string, want Token, owner string, lease time.Duration) (res RedeemResult, rec Record, err error)
 
 	// Acquire opens a processing record under key, owned by owner and
-	// leased until leaseUntil, when no live record exists: acquired is
-	// true. Otherwise acquired is false and rec is the live record found,
-	// processing or completed. Exactly one of any number of concurrent
-	// callers acquires a key. When acquired, rec is the new record. A
-	// bounded store that is full returns ErrFull, except when a live record
-	// holds key: that is found as usual. Keys beginning with "\x00" are
-	// reserved (see TokenRecordPrefix).
-	//
-	// For Acquire, Renew and Complete, an expiry time that has already
-	// passed acts as if set and reached at once: the call succeeds and
-	// leaves no record, so the next Acquire acquires.
-	Acquire(ctx context.Context, key, fingerprint, owner string, leaseUntil time.Time) (rec Record, acquired bool, err error)
+	// leased for lease, when no live record exists: acquired is true and
+	// rec is the new record. Otherwise acquired is false and rec is the
+	// live record found, processing or completed. A bounded store that is
+	// full returns ErrFull, except when a live record holds key: that is
+	// found as usual. key must not be Reserved.
+	Acquire(ctx context.Context, key, fingerprint, owner string, lease time.Duration) (rec Record, acquired bool, err error)
 
 	// Renew extends the lease of owner's processing record under key to
-	// leaseUntil. ok is false when the record is gone, completed or held
-	// by another owner, and when owner is empty.
-	Renew(ctx context.Context, key, owner string, leaseUntil time.Time) (ok bool, err error)
+	// lease from now. ok is false when the record is gone, completed or
+	// held by another owner, and when owner is empty.
+	Renew(ctx context.Context, key, owner string, lease time.Duration) (ok bool, err error)
 
 	// Complete turns owner's processing record under key into a completed
 	// record holding response (any bytes; the store keeps its own copy),
-	// kept until keepUntil, which replaces the lease's expiry. ok is false
-	// when the record is gone, completed or held by another owner. When
-	// key is TokenRecordKey(id), the token id is deleted too.
+	// kept for keep, which replaces the lease. ok is false when the record
+	// is gone, completed or held by another owner. When key is
+	// TokenRecordKey(id), the token id is deleted too.
 	//
 	// For Complete and Release, an empty owner stands for any owner: the
 	// live processing record is ended whoever holds it. It is for callers
 	// that cannot name the execution (the HTTP API's backends that do not
 	// send the lease they were given); an execution that knows its owner
 	// names it, so that it never ends a later execution's record.
-	Complete(ctx context.Context, key, owner string, response []byte, keepUntil time.Time) (ok bool, err error)
+	Complete(ctx context.Context, key, owner string, response []byte, keep time.Duration) (ok bool, err error)
 
 	// Release deletes owner's processing record under key, so that a retry
 	// runs. ok is false when the record is gone, completed or held by
@@ -186,20 +240,20 @@ type Store interface {
 	Ping(ctx context.Context) error
 
 	// Close releases the store's resources; it stops background work and
-	// waits for it. Calls after Close return ErrClosed (or the client's own
-	// closed error for stores that wrap a caller's client).
+	// waits for it. Calls after Close return an error wrapping
+	// ErrUnavailable (ErrClosed, or the client's own closed error for
+	// stores that wrap a caller's client).
 	Close() error
 }
 
-// Record is an idempotency record: processing while its first execution
-// runs under a lease, then completed with the outcome every duplicate
-// gets.
+// Record is the record of an execution: processing while it runs under
+// a lease, then completed with the outcome every duplicate gets.
 type Record struct {
 	// Completed is false while the record is processing.
 	Completed bool
 	// Fingerprint is the first request's fingerprint, so a reused key with
-	// another request can be told apart. A token's record (RedeemRecord)
-	// has the token's Fingerprint.
+	// another request can be told apart. A token's record has the token's
+	// Fingerprint.
 	Fingerprint string
 	// Owner identifies the execution that holds a processing record.
 	Owner string
@@ -222,6 +276,6 @@ func (l Limit) IsZero() bool { return l.Rate <= 0 }
 type Limiter interface {
 	// Allow records one event for key. When the event is over the limit,
 	// allowed is false and retryAfter says when the next one would be
-	// allowed. err is for system failures only.
+	// allowed. err wraps ErrUnavailable, for system failures only.
 	Allow(ctx context.Context, key string, l Limit) (allowed bool, retryAfter time.Duration, err error)
 }

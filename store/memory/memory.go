@@ -1,11 +1,11 @@
 // Package memory is the embedded, single-instance store: sharded maps of
 // expiring entries, bounded in size, swept by a janitor goroutine.
 //
-// Tokens, nonces and idempotency records share the maps and the bound
+// Tokens, nonces and records share the maps and the bound
 // (WithMaxEntries): each is one entry, and every operation on it is atomic
-// under its shard's lock. Nonce keys begin with "\x00n" and record keys
-// with "\x00r", which no token ID does, so the three never collide. A
-// token's own record (store.Store.RedeemRecord) lives under
+// under its shard's lock. Nonce keys (store.NonceKey) begin with "\x00n"
+// and record keys with "\x00r", which no token ID does, so the three never
+// collide. A token's own record (store.Store.Redeem) lives under
 // store.TokenRecordKey(id), "\x00t" + id, in the token's shard: one lock
 // covers the token and its record.
 //
@@ -17,10 +17,9 @@ package memory
 import (
 	"bytes"
 	"context"
+	"errors"
 	"hash/maphash"
 	"math"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -109,8 +108,8 @@ type Option func(*Store)
 
 // WithMaxEntries bounds how many entries (tokens, nonces and idempotency
 // records together) the store holds at once. Exactly n live entries fit;
-// redeeming, releasing or expiry frees a slot; PutToken, PutNonce and
-// Acquire past the bound return store.ErrFull and never evict a live entry.
+// redeeming, releasing or expiry frees a slot; Put, Redeem and Acquire
+// past the bound return store.ErrFull and never evict a live entry.
 // Defaults to DefaultMaxEntries (1,000,000); n <= 0 keeps the default.
 func WithMaxEntries(n int) Option {
 	return func(s *Store) {
@@ -177,32 +176,52 @@ func New(opts ...Option) *Store {
 // shardIndex is the shard of a map key. A token's record shares its
 // token's shard.
 func (s *Store) shardIndex(key string) uint64 {
-	if id, ok := strings.CutPrefix(key, store.TokenRecordPrefix); ok {
+	if id, ok := store.TokenOfRecord(key); ok {
 		key = id
 	}
 	return maphash.String(s.seed, key) & (shardCount - 1)
 }
 
-func (s *Store) check(ctx context.Context) error {
+// check reports why a call cannot be carried out: the store is closed,
+// or ctx is done.
+func (s *Store) check(ctx context.Context, op string) error {
 	if s.closed.Load() {
 		return store.ErrClosed
 	}
-	return ctx.Err()
+	if err := ctx.Err(); err != nil {
+		return store.Unavailable("memory: "+op, err)
+	}
+	return nil
 }
 
-// PutToken implements store.Store.
-func (s *Store) PutToken(ctx context.Context, id string, t store.Token, expiresAt time.Time) (bool, error) {
-	if err := s.check(ctx); err != nil {
+// expiry is the expiry, in Unix nanoseconds, of an entry kept for ttl
+// from now; it saturates instead of overflowing.
+func expiry(now int64, ttl time.Duration) int64 {
+	if ttl > 0 && now > math.MaxInt64-int64(ttl) {
+		return math.MaxInt64
+	}
+	return now + int64(ttl)
+}
+
+// Put implements store.Store. A nonce's entry (store.NonceKey) is a
+// token entry with no purpose or subject, under a key no token ID has.
+func (s *Store) Put(ctx context.Context, key string, t store.Token, ttl time.Duration) (bool, error) {
+	if err := s.check(ctx, "put"); err != nil {
 		return false, err
 	}
-	now := s.now().UnixNano()
-	exp := expiresAt.UnixNano()
-	if exp <= now {
+	if store.Reserved(key) && !store.IsNonceKey(key) {
+		return false, store.Unavailable("memory: put", errReservedKey)
+	}
+	if ttl <= 0 {
 		return true, nil // stored and expired at once, as Redis does
 	}
-	_, created, err := s.put(id, entry{purpose: t.Purpose, subject: t.Subject, exp: exp}, now)
+	now := s.now().UnixNano()
+	_, created, err := s.put(key, entry{purpose: t.Purpose, subject: t.Subject, exp: expiry(now, ttl)}, now)
 	return created, err
 }
+
+// errReservedKey refuses a caller's key that begins with "\x00".
+var errReservedKey = errors.New("the key is reserved for the store")
 
 // put stores e under k when no live entry holds k, taking a slot of the
 // bound. Otherwise it returns the live entry and false. A live entry is
@@ -252,18 +271,6 @@ func (s *Store) lowerMinExp(exp int64) {
 			return
 		}
 	}
-}
-
-// PutNonce implements store.Store. Nonces share the entry bound with
-// tokens; their keys start with a NUL byte, which no token ID does.
-func (s *Store) PutNonce(ctx context.Context, scope, nonce string, expiresAt time.Time) (bool, error) {
-	return s.PutToken(ctx, nonceKey(scope, nonce), store.Token{}, expiresAt)
-}
-
-// nonceKey is unambiguous for every scope and nonce: the scope's length
-// comes first.
-func nonceKey(scope, nonce string) string {
-	return "\x00n" + strconv.Itoa(len(scope)) + ":" + scope + ":" + nonce
 }
 
 // reserve takes one slot of the bound, reclaiming expired entries first
@@ -318,23 +325,6 @@ func (s *Store) reclaim(now int64) {
 	}
 }
 
-// RedeemToken implements store.Store. A token with a live record is
-// Absent.
-func (s *Store) RedeemToken(ctx context.Context, id string, want store.Token) (store.RedeemResult, error) {
-	if err := s.check(ctx); err != nil {
-		return 0, err
-	}
-	now := s.now().UnixNano()
-	sh := &s.shards[s.shardIndex(id)]
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	if s.liveLocked(sh, store.TokenRecordKey(id), now) {
-		return store.Absent, nil
-	}
-	res, _ := s.redeemLocked(sh, id, want, "", now)
-	return res, nil
-}
-
 // liveLocked reports whether a live entry holds k, deleting it when it
 // has expired. The caller holds k's shard lock.
 func (s *Store) liveLocked(sh *shard, k string, now int64) bool {
@@ -371,17 +361,20 @@ func (s *Store) redeemLocked(sh *shard, id string, want store.Token, owner strin
 	return store.Redeemed, false
 }
 
-// RedeemRecord implements store.Store. The token and its record share the
+// Redeem implements store.Store. The token and its record share the
 // token's shard, so one lock covers both; the record is one entry of the
-// bound. A leaseUntil that has already passed redeems without storing a
-// record, as if it had expired at once (Redis does the same): the token
-// stays, and a later Renew, Complete or Release reports false.
-func (s *Store) RedeemRecord(ctx context.Context, id string, want store.Token, owner string, leaseUntil time.Time) (store.RedeemResult, store.Record, error) {
-	if err := s.check(ctx); err != nil {
+// bound. A lease <= 0 redeems without storing a record, as if it had
+// expired at once (Redis does the same): the token stays, and a later
+// Renew, Complete or Release reports false.
+func (s *Store) Redeem(ctx context.Context, id string, want store.Token, owner string, lease time.Duration) (store.RedeemResult, store.Record, error) {
+	if err := s.check(ctx, "redeem"); err != nil {
 		return 0, store.Record{}, err
 	}
+	if store.Reserved(id) {
+		return store.Absent, store.Record{}, nil
+	}
 	now := s.now().UnixNano()
-	exp := leaseUntil.UnixNano()
+	exp := expiry(now, lease)
 	sh := &s.shards[s.shardIndex(id)]
 	sh.mu.Lock()
 	res, rec, open := s.redeemRecordLocked(sh, id, want, owner, now)
@@ -413,7 +406,7 @@ func (s *Store) RedeemRecord(ctx context.Context, id string, want store.Token, o
 	return store.Redeemed, r.export(), nil
 }
 
-// redeemRecordLocked is RedeemRecord's decision under id's shard lock:
+// redeemRecordLocked is Redeem's decision under id's shard lock:
 // the live record when there is one, else redeemLocked's.
 func (s *Store) redeemRecordLocked(sh *shard, id string, want store.Token, owner string, now int64) (store.RedeemResult, store.Record, bool) {
 	rk := store.TokenRecordKey(id)
@@ -435,22 +428,25 @@ func (s *Store) redeemRecordLocked(sh *shard, id string, want store.Token, owner
 // "\x00r" prefix sets records apart from tokens and from nonces ("\x00n");
 // a token's record key (store.TokenRecordKey) is its own map key.
 func recordKey(key string) string {
-	if strings.HasPrefix(key, store.TokenRecordPrefix) {
+	if _, ok := store.TokenOfRecord(key); ok {
 		return key
 	}
 	return "\x00r" + key
 }
 
 // Acquire implements store.Store. When acquired, rec is the new
-// processing record. A leaseUntil that has already passed acquires
-// without storing anything, as if the record had expired at once (Redis
-// does the same): a later Renew, Complete or Release then reports false.
-func (s *Store) Acquire(ctx context.Context, key, fingerprint, owner string, leaseUntil time.Time) (store.Record, bool, error) {
-	if err := s.check(ctx); err != nil {
+// processing record. A lease <= 0 acquires without storing anything, as
+// if the record had expired at once (Redis does the same): a later Renew,
+// Complete or Release then reports false.
+func (s *Store) Acquire(ctx context.Context, key, fingerprint, owner string, lease time.Duration) (store.Record, bool, error) {
+	if err := s.check(ctx, "acquire"); err != nil {
 		return store.Record{}, false, err
 	}
+	if store.Reserved(key) {
+		return store.Record{}, false, store.Unavailable("memory: acquire", errReservedKey)
+	}
 	now := s.now().UnixNano()
-	exp := leaseUntil.UnixNano()
+	exp := expiry(now, lease)
 	k := recordKey(key)
 	if exp <= now {
 		sh := &s.shards[s.shardIndex(k)]
@@ -478,8 +474,8 @@ func (s *Store) Acquire(ctx context.Context, key, fingerprint, owner string, lea
 // changes when there is no such record. An entry whose expiry has passed
 // is deleted instead of stored. With dropToken, a token's record also
 // deletes its token.
-func (s *Store) update(ctx context.Context, key, owner string, dropToken bool, f func(e entry) entry) (bool, error) {
-	if err := s.check(ctx); err != nil {
+func (s *Store) update(ctx context.Context, op, key, owner string, dropToken bool, f func(e entry) entry) (bool, error) {
+	if err := s.check(ctx, op); err != nil {
 		return false, err
 	}
 	now := s.now().UnixNano()
@@ -498,7 +494,7 @@ func (s *Store) update(ctx context.Context, key, owner string, dropToken bool, f
 	case e.rec == nil || e.rec.completed || (owner != "" && e.rec.owner != owner):
 		return false, nil
 	}
-	if id, ok := strings.CutPrefix(k, store.TokenRecordPrefix); ok && dropToken {
+	if id, ok := store.TokenOfRecord(k); ok && dropToken {
 		if _, ok := sh.m[id]; ok {
 			delete(sh.m, id)
 			s.n.Add(-1)
@@ -515,28 +511,26 @@ func (s *Store) update(ctx context.Context, key, owner string, dropToken bool, f
 	return true, nil
 }
 
-// Renew implements store.Store. A leaseUntil that has already passed ends
-// the record at once: ok is true and the next Acquire acquires.
-func (s *Store) Renew(ctx context.Context, key, owner string, leaseUntil time.Time) (bool, error) {
+// Renew implements store.Store. A lease <= 0 ends the record at once: ok
+// is true and the next Acquire acquires.
+func (s *Store) Renew(ctx context.Context, key, owner string, lease time.Duration) (bool, error) {
 	if owner == "" { // only Complete and Release take "" for any owner
-		return false, s.check(ctx)
+		return false, s.check(ctx, "renew")
 	}
-	exp := leaseUntil.UnixNano()
-	return s.update(ctx, key, owner, false, func(e entry) entry {
-		e.exp = exp
+	return s.update(ctx, "renew", key, owner, false, func(e entry) entry {
+		e.exp = expiry(s.now().UnixNano(), lease)
 		return e
 	})
 }
 
 // Complete implements store.Store. The store keeps its own copy of
-// response. A keepUntil that has already passed completes the record and
-// ends it at once: ok is true and the next Acquire acquires. Completing a
-// token's record deletes the token.
-func (s *Store) Complete(ctx context.Context, key, owner string, response []byte, keepUntil time.Time) (bool, error) {
-	exp := keepUntil.UnixNano()
+// response. A keep <= 0 completes the record and ends it at once: ok is
+// true and the next Acquire acquires. Completing a token's record deletes
+// the token.
+func (s *Store) Complete(ctx context.Context, key, owner string, response []byte, keep time.Duration) (bool, error) {
 	resp := bytes.Clone(response) // outside the shard lock
-	return s.update(ctx, key, owner, true, func(e entry) entry {
-		e.exp = exp
+	return s.update(ctx, "complete", key, owner, true, func(e entry) entry {
+		e.exp = expiry(s.now().UnixNano(), keep)
 		e.rec = &record{completed: true, fingerprint: e.rec.fingerprint, owner: owner, response: resp}
 		return e
 	})
@@ -544,30 +538,11 @@ func (s *Store) Complete(ctx context.Context, key, owner string, response []byte
 
 // Release implements store.Store.
 func (s *Store) Release(ctx context.Context, key, owner string) (bool, error) {
-	return s.update(ctx, key, owner, false, func(e entry) entry {
+	return s.update(ctx, "release", key, owner, false, func(e entry) entry {
 		e.exp = math.MinInt64 // deleted by update
 		return e
 	})
 }
-
-// TTL returns how long the live entry under id has left, and false when
-// there is none. It is meant for tests and diagnostics.
-func (s *Store) TTL(id string) (time.Duration, bool) {
-	now := s.now().UnixNano()
-	sh := &s.shards[s.shardIndex(id)]
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	e, ok := sh.m[id]
-	if !ok || e.exp <= now {
-		return 0, false
-	}
-	return time.Duration(e.exp - now), true
-}
-
-// RecordTTL returns how long the live idempotency record under key has
-// left, and false when there is none. It is meant for tests and
-// diagnostics.
-func (s *Store) RecordTTL(key string) (time.Duration, bool) { return s.TTL(recordKey(key)) }
 
 // Len returns how many entries the store holds, counting expired entries
 // the janitor has not removed yet.
@@ -577,7 +552,7 @@ func (s *Store) Len() int { return int(s.n.Load()) }
 // (golang.org/x/time/rate): l.Burst events at once, refilled at
 // l.Rate per l.Period.
 func (s *Store) Allow(ctx context.Context, key string, l store.Limit) (bool, time.Duration, error) {
-	if err := s.check(ctx); err != nil {
+	if err := s.check(ctx, "allow"); err != nil {
 		return false, 0, err
 	}
 	if l.IsZero() {
@@ -608,7 +583,7 @@ func (s *Store) Allow(ctx context.Context, key string, l store.Limit) (bool, tim
 }
 
 // Ping implements store.Store; it fails only after Close.
-func (s *Store) Ping(ctx context.Context) error { return s.check(ctx) }
+func (s *Store) Ping(ctx context.Context) error { return s.check(ctx, "ping") }
 
 // Close stops the janitor and waits for it to exit. It is safe to call
 // more than once.

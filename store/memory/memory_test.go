@@ -37,7 +37,7 @@ func TestBound(t *testing.T) {
 		free func(t *testing.T, s *memory.Store, c *storetest.Clock)
 	}{
 		{"redeeming frees a slot", func(t *testing.T, s *memory.Store, _ *storetest.Clock) {
-			if res, err := s.RedeemToken(ctx, "7", tok); err != nil || res != store.Redeemed {
+			if res, _, err := s.Redeem(ctx, "7", tok, "", 0); err != nil || res != store.Redeemed {
 				t.Fatalf("redeem = %v, %v", res, err)
 			}
 		}},
@@ -51,17 +51,17 @@ func TestBound(t *testing.T) {
 			s := memory.New(memory.WithMaxEntries(max), memory.WithClock(c.Now), memory.WithJanitorInterval(time.Hour))
 			defer s.Close()
 			for i := range max - 1 {
-				if ok, err := s.PutToken(ctx, strconv.Itoa(i), tok, c.Now().Add(time.Hour)); err != nil || !ok {
+				if ok, err := s.Put(ctx, strconv.Itoa(i), tok, time.Hour); err != nil || !ok {
 					t.Fatalf("put %d = %v, %v", i, ok, err)
 				}
 			}
-			if ok, err := s.PutToken(ctx, "short", tok, c.Now().Add(10*time.Second)); err != nil || !ok {
+			if ok, err := s.Put(ctx, "short", tok, 10*time.Second); err != nil || !ok {
 				t.Fatalf("put short = %v, %v", ok, err)
 			}
-			if ok, err := s.PutToken(ctx, "0", tok, c.Now().Add(time.Hour)); ok || err != nil {
+			if ok, err := s.Put(ctx, "0", tok, time.Hour); ok || err != nil {
 				t.Fatalf("put of a live id in a full store = %v, %v; want false, nil", ok, err)
 			}
-			if _, err := s.PutToken(ctx, "overflow", tok, c.Now().Add(time.Hour)); !errors.Is(err, store.ErrFull) {
+			if _, err := s.Put(ctx, "overflow", tok, time.Hour); !errors.Is(err, store.ErrFull) {
 				t.Fatalf("put past the bound: err = %v, want ErrFull", err)
 			}
 			// A full store still redeems, and never evicted a live token.
@@ -69,14 +69,14 @@ func TestBound(t *testing.T) {
 				t.Fatalf("Len = %d, want %d", got, max)
 			}
 			tc.free(t, s, c)
-			if ok, err := s.PutToken(ctx, "after", tok, c.Now().Add(time.Hour)); err != nil || !ok {
+			if ok, err := s.Put(ctx, "after", tok, time.Hour); err != nil || !ok {
 				t.Fatalf("put after freeing = %v, %v; want a slot", ok, err)
 			}
-			if _, err := s.PutToken(ctx, "again", tok, c.Now().Add(time.Hour)); !errors.Is(err, store.ErrFull) {
+			if _, err := s.Put(ctx, "again", tok, time.Hour); !errors.Is(err, store.ErrFull) {
 				t.Fatalf("second put after freeing one slot: err = %v, want ErrFull", err)
 			}
 			for _, id := range []string{"0", "98"} {
-				if res, _ := s.RedeemToken(ctx, id, tok); res != store.Redeemed {
+				if res, _, _ := s.Redeem(ctx, id, tok, "", 0); res != store.Redeemed {
 					t.Fatalf("live token %s was lost: %v", id, res)
 				}
 			}
@@ -93,11 +93,11 @@ func TestRecordBound(t *testing.T) {
 	c := newClock()
 	s := memory.New(memory.WithMaxEntries(max), memory.WithClock(c.Now), memory.WithJanitorInterval(time.Hour))
 	defer s.Close()
-	lease := func(d time.Duration) time.Time { return c.Now().Add(d) }
-	if ok, err := s.PutToken(ctx, "token", store.Token{Purpose: "p"}, lease(time.Hour)); err != nil || !ok {
+	lease := func(d time.Duration) time.Duration { return d }
+	if ok, err := s.Put(ctx, "token", store.Token{Purpose: "p"}, lease(time.Hour)); err != nil || !ok {
 		t.Fatalf("put = %v, %v", ok, err)
 	}
-	if ok, err := s.PutNonce(ctx, "scope", "nonce", lease(time.Hour)); err != nil || !ok {
+	if ok, err := s.Put(ctx, store.NonceKey("scope", "nonce"), store.Token{}, lease(time.Hour)); err != nil || !ok {
 		t.Fatalf("nonce = %v, %v", ok, err)
 	}
 	for i := range max - 3 {
@@ -136,7 +136,7 @@ func TestRecordBound(t *testing.T) {
 	if _, _, err := s.Acquire(ctx, "again", "fp", "o", lease(time.Hour)); !errors.Is(err, store.ErrFull) {
 		t.Fatalf("acquire with no slot freed: err = %v, want ErrFull", err)
 	}
-	if _, err := s.PutToken(ctx, "token2", store.Token{Purpose: "p"}, lease(time.Hour)); !errors.Is(err, store.ErrFull) {
+	if _, err := s.Put(ctx, "token2", store.Token{Purpose: "p"}, lease(time.Hour)); !errors.Is(err, store.ErrFull) {
 		t.Fatalf("put with the store full of records: err = %v, want ErrFull", err)
 	}
 }
@@ -152,15 +152,15 @@ func TestTokenRecordBound(t *testing.T) {
 	s := memory.New(memory.WithMaxEntries(max), memory.WithClock(c.Now), memory.WithJanitorInterval(time.Hour))
 	defer s.Close()
 	tok := store.Token{Purpose: "p", Subject: "u"}
-	lease := c.Now().Add(time.Minute)
+	lease := time.Minute
 	for _, id := range []string{"a", "b", "c"} {
-		if ok, err := s.PutToken(ctx, id, tok, c.Now().Add(time.Hour)); err != nil || !ok {
+		if ok, err := s.Put(ctx, id, tok, time.Hour); err != nil || !ok {
 			t.Fatalf("put %s = %v, %v", id, ok, err)
 		}
 	}
 	expect := func(step, id, owner string, want store.RedeemResult, wantErr error) {
 		t.Helper()
-		res, _, err := s.RedeemRecord(ctx, id, tok, owner, lease)
+		res, _, err := s.Redeem(ctx, id, tok, owner, lease)
 		if res != want || !errors.Is(err, wantErr) {
 			t.Fatalf("%s: RedeemRecord(%s, %q) = %v, %v; want %v, %v", step, id, owner, res, err, want, wantErr)
 		}
@@ -172,7 +172,7 @@ func TestTokenRecordBound(t *testing.T) {
 	expect("full: no record opens", "b", "o", 0, store.ErrFull)
 	expect("full: the token was kept", "b", "o", 0, store.ErrFull)
 	expect("full: a duplicate is answered", "a", "o2", store.Recorded, nil)
-	if res, _, err := s.RedeemRecord(ctx, "b", store.Token{Purpose: "p"}, "o", lease); res != store.SubjectMismatch || err != nil {
+	if res, _, err := s.Redeem(ctx, "b", store.Token{Purpose: "p"}, "o", lease); res != store.SubjectMismatch || err != nil {
 		t.Fatalf("full: a mismatch = %v, %v; want it answered", res, err)
 	}
 	expect("full: an absent token is answered", "zzz", "o", store.Absent, nil)
@@ -180,7 +180,7 @@ func TestTokenRecordBound(t *testing.T) {
 	expect("the freed slot takes b's record", "b", "o", store.Redeemed, nil)
 	expect("full again", "x", "o", store.Absent, nil)
 	// Completing deletes the token: a slot is free.
-	if ok, err := s.Complete(ctx, store.TokenRecordKey("a"), "o", []byte("done"), c.Now().Add(time.Hour)); err != nil || !ok {
+	if ok, err := s.Complete(ctx, store.TokenRecordKey("a"), "o", []byte("done"), time.Hour); err != nil || !ok {
 		t.Fatalf("complete = %v, %v", ok, err)
 	}
 	if got := s.Len(); got != max-1 {
@@ -201,13 +201,13 @@ func TestRecordKeyIsNoToken(t *testing.T) {
 	ctx := context.Background()
 	s := memory.New()
 	defer s.Close()
-	if _, ok, err := s.Acquire(ctx, "k", "fp", "o", time.Now().Add(time.Minute)); err != nil || !ok {
+	if _, ok, err := s.Acquire(ctx, "k", "fp", "o", time.Minute); err != nil || !ok {
 		t.Fatalf("acquire = %v, %v", ok, err)
 	}
-	if res, err := s.RedeemToken(ctx, "\x00rk", store.Token{}); err != nil || res != store.Absent {
+	if res, _, err := s.Redeem(ctx, "\x00rk", store.Token{}, "", 0); err != nil || res != store.Absent {
 		t.Fatalf("redeem of the record's map key = %v, %v; want absent", res, err)
 	}
-	if _, ok, _ := s.Acquire(ctx, "k", "fp2", "o2", time.Now().Add(time.Minute)); ok {
+	if _, ok, _ := s.Acquire(ctx, "k", "fp2", "o2", time.Minute); ok {
 		t.Fatal("record lost")
 	}
 }
@@ -218,7 +218,7 @@ func TestJanitorRemovesExpiredEntries(t *testing.T) {
 	defer s.Close()
 	ctx := context.Background()
 	for i := range 10 {
-		if _, err := s.PutToken(ctx, strconv.Itoa(i), store.Token{Purpose: "p"}, c.Now().Add(time.Second)); err != nil {
+		if _, err := s.Put(ctx, strconv.Itoa(i), store.Token{Purpose: "p"}, time.Second); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -242,22 +242,22 @@ func TestClosedStoreRefusesCalls(t *testing.T) {
 		t.Fatalf("second Close: %v", err)
 	}
 	ctx := context.Background()
-	if _, err := s.PutToken(ctx, "x", store.Token{}, time.Now().Add(time.Minute)); !errors.Is(err, store.ErrClosed) {
+	if _, err := s.Put(ctx, "x", store.Token{}, time.Minute); !errors.Is(err, store.ErrClosed) {
 		t.Fatalf("put after close: %v", err)
 	}
-	if _, err := s.RedeemToken(ctx, "x", store.Token{}); !errors.Is(err, store.ErrClosed) {
+	if _, _, err := s.Redeem(ctx, "x", store.Token{}, "", 0); !errors.Is(err, store.ErrClosed) {
 		t.Fatalf("redeem after close: %v", err)
 	}
 	if err := s.Ping(ctx); !errors.Is(err, store.ErrClosed) {
 		t.Fatalf("ping after close: %v", err)
 	}
-	if _, _, err := s.Acquire(ctx, "x", "fp", "o", time.Now().Add(time.Minute)); !errors.Is(err, store.ErrClosed) {
+	if _, _, err := s.Acquire(ctx, "x", "fp", "o", time.Minute); !errors.Is(err, store.ErrClosed) {
 		t.Fatalf("acquire after close: %v", err)
 	}
-	if _, err := s.Renew(ctx, "x", "o", time.Now().Add(time.Minute)); !errors.Is(err, store.ErrClosed) {
+	if _, err := s.Renew(ctx, "x", "o", time.Minute); !errors.Is(err, store.ErrClosed) {
 		t.Fatalf("renew after close: %v", err)
 	}
-	if _, err := s.Complete(ctx, "x", "o", nil, time.Now().Add(time.Minute)); !errors.Is(err, store.ErrClosed) {
+	if _, err := s.Complete(ctx, "x", "o", nil, time.Minute); !errors.Is(err, store.ErrClosed) {
 		t.Fatalf("complete after close: %v", err)
 	}
 	if _, err := s.Release(ctx, "x", "o"); !errors.Is(err, store.ErrClosed) {
@@ -287,10 +287,10 @@ func BenchmarkRedeemParallel(b *testing.B) {
 	ctx := context.Background()
 	tok := store.Token{Purpose: "default"}
 	ids := make([]string, b.N)
-	exp := time.Now().Add(time.Hour)
+	exp := time.Hour
 	for i := range ids {
 		ids[i] = strconv.Itoa(i)
-		if _, err := s.PutToken(ctx, ids[i], tok, exp); err != nil {
+		if _, err := s.Put(ctx, ids[i], tok, exp); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -299,7 +299,7 @@ func BenchmarkRedeemParallel(b *testing.B) {
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
 			id := ids[next.Add(1)-1]
-			if res, err := s.RedeemToken(ctx, id, tok); err != nil || res != store.Redeemed {
+			if res, _, err := s.Redeem(ctx, id, tok, "", 0); err != nil || res != store.Redeemed {
 				b.Errorf("redeem %s = %v, %v", id, res, err)
 				return
 			}
@@ -316,7 +316,7 @@ func BenchmarkAcquireComplete(b *testing.B) {
 	defer s.Close()
 	ctx := context.Background()
 	resp := make([]byte, 1024)
-	exp := time.Now().Add(time.Hour)
+	exp := time.Hour
 	var next atomic.Int64
 	b.ReportAllocs()
 	b.ResetTimer()
@@ -342,7 +342,7 @@ func BenchmarkAcquireReplay(b *testing.B) {
 	s := memory.New()
 	defer s.Close()
 	ctx := context.Background()
-	exp := time.Now().Add(time.Hour)
+	exp := time.Hour
 	const keys = 1024
 	for i := range keys {
 		key := strconv.Itoa(i)
@@ -373,10 +373,10 @@ func BenchmarkPut(b *testing.B) {
 	defer s.Close()
 	ctx := context.Background()
 	tok := store.Token{Purpose: "default"}
-	exp := time.Now().Add(time.Hour)
+	exp := time.Hour
 	b.ResetTimer()
 	for i := range b.N {
-		if _, err := s.PutToken(ctx, strconv.Itoa(i), tok, exp); err != nil {
+		if _, err := s.Put(ctx, strconv.Itoa(i), tok, exp); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -4,13 +4,13 @@
 -- KEYS[1]  the record key, prefix .. "r:{" .. key .. "}"
 -- ARGV[1]  the request's fingerprint
 -- ARGV[2]  the owner of the new record
--- ARGV[3]  the end of the lease, Unix milliseconds (PEXPIREAT)
+-- ARGV[3]  the lease, in milliseconds (PEXPIRE; 0 deletes the record at once)
 --
 -- A record is a hash: s = "p" (processing) or "c" (completed),
 -- f = fingerprint, o = owner, r = response (completed records only).
 -- A lease that has ended is no record: Redis has expired the key.
 --
--- Returns {1} when the record was opened (with a past ARGV[3], PEXPIREAT
+-- Returns {1} when the record was opened (with ARGV[3] 0, PEXPIRE
 -- deletes it at once), else {0, s, f, o, r} for the record found, with
 -- "" for a missing field.
 local v = redis.call("HMGET", KEYS[1], "s", "f", "o", "r")
@@ -18,5 +18,5 @@ if v[1] then
   return {0, v[1], v[2] or "", v[3] or "", v[4] or ""}
 end
 redis.call("HSET", KEYS[1], "s", "p", "f", ARGV[1], "o", ARGV[2])
-redis.call("PEXPIREAT", KEYS[1], ARGV[3])
+redis.call("PEXPIRE", KEYS[1], ARGV[3])
 return {1}

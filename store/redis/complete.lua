@@ -8,17 +8,17 @@
 --          that the token cannot come back when the record expires
 -- ARGV[1]  the owner; empty for any owner
 -- ARGV[2]  the response, any bytes
--- ARGV[3]  the end of retention, Unix milliseconds (PEXPIREAT); it
---          replaces the lease's expiry
+-- ARGV[3]  the retention, in milliseconds (PEXPIRE); it replaces the
+--          lease
 --
--- Returns 1 when the record was processing and held by ARGV[1] (with a
--- past ARGV[3], PEXPIREAT deletes it), else 0 and changes nothing.
+-- Returns 1 when the record was processing and held by ARGV[1] (with an
+-- ARGV[3] of 0, PEXPIRE deletes it), else 0 and changes nothing.
 local v = redis.call("HMGET", KEYS[1], "s", "o")
 if v[1] ~= "p" or (ARGV[1] ~= "" and v[2] ~= ARGV[1]) then
   return 0
 end
 redis.call("HSET", KEYS[1], "s", "c", "r", ARGV[2])
-redis.call("PEXPIREAT", KEYS[1], ARGV[3])
+redis.call("PEXPIRE", KEYS[1], ARGV[3])
 if KEYS[2] then
   redis.call("DEL", KEYS[2])
 end

@@ -3,8 +3,8 @@ package redis
 import (
 	"context"
 	_ "embed"
+	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 	"time"
 
@@ -13,7 +13,7 @@ import (
 	"github.com/replayguard/replayguard/store"
 )
 
-// The idempotency record scripts, one atomic step each. Run sends EVALSHA
+// The scripts, one atomic step each. Run sends EVALSHA
 // and falls back to EVAL when the server answers NOSCRIPT.
 var (
 	//go:embed acquire.lua
@@ -24,20 +24,20 @@ var (
 	completeSrc string
 	//go:embed release.lua
 	releaseSrc string
-	//go:embed redeem_record.lua
-	redeemRecordSrc string
+	//go:embed redeem.lua
+	redeemSrc string
 
-	acquire      = goredis.NewScript(acquireSrc)
-	renew        = goredis.NewScript(renewSrc)
-	complete     = goredis.NewScript(completeSrc)
-	release      = goredis.NewScript(releaseSrc)
-	redeemRecord = goredis.NewScript(redeemRecordSrc)
+	acquire  = goredis.NewScript(acquireSrc)
+	renew    = goredis.NewScript(renewSrc)
+	complete = goredis.NewScript(completeSrc)
+	release  = goredis.NewScript(releaseSrc)
+	redeem   = goredis.NewScript(redeemSrc)
 )
 
-// RecordKey returns the Redis key that holds the idempotency record under
-// key: prefix + "r:{" + key + "}". A token's own record, under the key
+// recordKey returns the Redis key that holds the record under key:
+// prefix + "r:{" + key + "}". A token's own record, under the key
 // store.TokenRecordKey(id), is prefix + "r:{" + id + "}t": it shares the
-// token's hash tag (see TokenKey), so one script may touch both on Redis
+// token's hash tag (see tokenKey), so one script may touch both on Redis
 // Cluster, and its trailing "t" sets it apart from every other record's
 // key, which ends in "}".
 //
@@ -45,8 +45,8 @@ var (
 // completed), f (fingerprint), o (owner) and r (the response, completed
 // records only), expiring at the lease's end or, once completed, at the
 // end of its retention.
-func (s *Store) RecordKey(key string) string {
-	if id, ok := strings.CutPrefix(key, store.TokenRecordPrefix); ok {
+func (s *Store) recordKey(key string) string {
+	if id, ok := store.TokenOfRecord(key); ok {
 		return s.prefix + "r:{" + id + "}t"
 	}
 	return s.prefix + "r:{" + key + "}"
@@ -55,17 +55,10 @@ func (s *Store) RecordKey(key string) string {
 // ownedKeys are the KEYS of a script acting on the record under key: the
 // record's key, and for a token's record with withToken, the token's key.
 func (s *Store) ownedKeys(key string, withToken bool) []string {
-	if id, ok := strings.CutPrefix(key, store.TokenRecordPrefix); ok && withToken {
-		return []string{s.RecordKey(key), s.TokenKey(id)}
+	if id, ok := store.TokenOfRecord(key); ok && withToken {
+		return []string{s.recordKey(key), s.tokenKey(id)}
 	}
-	return []string{s.RecordKey(key)}
-}
-
-// pexpireAt is t as a PEXPIREAT argument: Unix milliseconds, truncated.
-// Times before 1970 become 1ms after it, which has passed on any server,
-// so that Redis deletes the key rather than refusing the argument.
-func pexpireAt(t time.Time) string {
-	return strconv.FormatInt(max(t.UnixMilli(), 1), 10)
+	return []string{s.recordKey(key)}
 }
 
 // Acquire implements store.Store with one Lua script (acquire.lua) that
@@ -74,20 +67,23 @@ func pexpireAt(t time.Time) string {
 // record found in the same round trip. When acquired, rec is the new
 // processing record.
 //
-// The lease ends at leaseUntil by the Redis server's clock. A leaseUntil
-// that has already passed there acquires without leaving a record, as if
-// it had expired at once: a later Renew, Complete or Release reports false.
-// Redis keeps no entry bound, so Acquire never returns store.ErrFull; a
-// server at its maxmemory limit answers with an error instead.
-func (s *Store) Acquire(ctx context.Context, key, fingerprint, owner string, leaseUntil time.Time) (store.Record, bool, error) {
-	ctx, cancel, err := s.begin(ctx)
+// The lease runs on the Redis server's clock (PEXPIRE). A lease <= 0
+// acquires without leaving a record, as if it had expired at once: a later
+// Renew, Complete or Release reports false. Redis keeps no entry bound, so
+// Acquire never returns store.ErrFull; a server at its maxmemory limit
+// answers with an error instead.
+func (s *Store) Acquire(ctx context.Context, key, fingerprint, owner string, lease time.Duration) (store.Record, bool, error) {
+	ctx, cancel, err := s.begin(ctx, "acquire")
 	if err != nil {
-		return store.Record{}, false, fmt.Errorf("redis: acquire: %w", err)
+		return store.Record{}, false, err
 	}
 	defer cancel()
-	v, err := acquire.Run(ctx, s.client, []string{s.RecordKey(key)}, fingerprint, owner, pexpireAt(leaseUntil)).Slice()
+	if store.Reserved(key) {
+		return store.Record{}, false, fail("acquire", errors.New("the key is reserved for the store"))
+	}
+	v, err := acquire.Run(ctx, s.client, []string{s.recordKey(key)}, fingerprint, owner, millis(lease)).Slice()
 	if err != nil {
-		return store.Record{}, false, fmt.Errorf("redis: acquire: %w", err)
+		return store.Record{}, false, fail("acquire", err)
 	}
 	if len(v) == 1 && v[0] == int64(1) {
 		return store.Record{Fingerprint: fingerprint, Owner: owner}, true, nil
@@ -118,7 +114,7 @@ func unexpectedReply(op string, v []any) error {
 			shape[i] = fmt.Sprintf("%T", e)
 		}
 	}
-	return fmt.Errorf("redis: %s: unexpected script reply [%s]", op, strings.Join(shape, " "))
+	return fail(op, fmt.Errorf("unexpected script reply [%s]", strings.Join(shape, " ")))
 }
 
 // parseRecord reads the fields s, f, o and r of a record a script found.
@@ -139,21 +135,19 @@ func parseRecord(v []any) (store.Record, bool) {
 }
 
 // Renew implements store.Store with one Lua script (renew.lua) that checks
-// the owner and state and moves the key's expiry to leaseUntil. A
-// leaseUntil that has already passed by the server's clock ends the record
-// at once: ok is true and the next Acquire acquires.
-func (s *Store) Renew(ctx context.Context, key, owner string, leaseUntil time.Time) (bool, error) {
-	return s.runOwned(ctx, "renew", renew, s.ownedKeys(key, false), owner, pexpireAt(leaseUntil))
+// the owner and state and sets the key's expiry to lease from now. A lease
+// <= 0 ends the record at once: ok is true and the next Acquire acquires.
+func (s *Store) Renew(ctx context.Context, key, owner string, lease time.Duration) (bool, error) {
+	return s.runOwned(ctx, "renew", renew, s.ownedKeys(key, false), owner, millis(lease))
 }
 
 // Complete implements store.Store with one Lua script (complete.lua) that
 // checks the owner and state, stores response (any bytes) and replaces the
-// lease's expiry with keepUntil. A keepUntil that has already passed by the
-// server's clock completes and ends the record at once: ok is true and the
-// next Acquire acquires. Completing a token's record deletes the token in
-// the same script.
-func (s *Store) Complete(ctx context.Context, key, owner string, response []byte, keepUntil time.Time) (bool, error) {
-	return s.runOwned(ctx, "complete", complete, s.ownedKeys(key, true), owner, response, pexpireAt(keepUntil))
+// lease with keep. A keep <= 0 completes and ends the record at once: ok is
+// true and the next Acquire acquires. Completing a token's record deletes
+// the token in the same script.
+func (s *Store) Complete(ctx context.Context, key, owner string, response []byte, keep time.Duration) (bool, error) {
+	return s.runOwned(ctx, "complete", complete, s.ownedKeys(key, true), owner, response, millis(keep))
 }
 
 // Release implements store.Store with one Lua script (release.lua) that
@@ -166,14 +160,14 @@ func (s *Store) Release(ctx context.Context, key, owner string) (bool, error) {
 // record: ARGV[1] is the owner, the reply 1 (done) or 0 (not that owner's
 // processing record).
 func (s *Store) runOwned(ctx context.Context, op string, script *goredis.Script, keys []string, owner string, args ...any) (bool, error) {
-	ctx, cancel, err := s.begin(ctx)
+	ctx, cancel, err := s.begin(ctx, op)
 	if err != nil {
-		return false, fmt.Errorf("redis: %s: %w", op, err)
+		return false, err
 	}
 	defer cancel()
 	n, err := script.Run(ctx, s.client, keys, append([]any{owner}, args...)...).Int64()
 	if err != nil {
-		return false, fmt.Errorf("redis: %s: %w", op, err)
+		return false, fail(op, err)
 	}
 	switch n {
 	case 0:
@@ -181,50 +175,52 @@ func (s *Store) runOwned(ctx context.Context, op string, script *goredis.Script,
 	case 1:
 		return true, nil
 	}
-	return false, fmt.Errorf("redis: %s: unexpected script reply %d", op, n)
+	return false, fail(op, fmt.Errorf("unexpected script reply %d", n))
 }
 
-// RedeemRecord implements store.Store with one Lua script
-// (redeem_record.lua) over the token's key and its record's key, which
-// share a hash slot: it answers from a live record, or compares the token
-// and then deletes it (no owner) or opens a processing record beside it,
-// so exactly one of any number of concurrent callers gets Redeemed.
+// Redeem implements store.Store with one Lua script (redeem.lua) over the
+// token's key and its record's key, which share a hash slot: it answers
+// from a live record, or compares the token and then deletes it (no owner)
+// or opens a processing record beside it, so exactly one of any number of
+// concurrent callers gets Redeemed.
 //
-// The lease ends at leaseUntil by the Redis server's clock; one that has
-// already passed there redeems without leaving a record, and the token
-// stays. Redis keeps no entry bound, so RedeemRecord never returns
-// store.ErrFull.
-func (s *Store) RedeemRecord(ctx context.Context, id string, want store.Token, owner string, leaseUntil time.Time) (store.RedeemResult, store.Record, error) {
-	ctx, cancel, err := s.begin(ctx)
+// The lease runs on the Redis server's clock; a lease <= 0 redeems
+// without leaving a record, and the token stays. Redis keeps no entry
+// bound, so Redeem never returns store.ErrFull.
+func (s *Store) Redeem(ctx context.Context, id string, want store.Token, owner string, lease time.Duration) (store.RedeemResult, store.Record, error) {
+	ctx, cancel, err := s.begin(ctx, "redeem")
 	if err != nil {
-		return 0, store.Record{}, fmt.Errorf("redis: redeem record: %w", err)
+		return 0, store.Record{}, err
 	}
 	defer cancel()
+	if store.Reserved(id) {
+		return store.Absent, store.Record{}, nil
+	}
 	value, purpose := redeemArgs(want)
-	keys := []string{s.TokenKey(id), s.RecordKey(store.TokenRecordKey(id))}
-	v, err := redeemRecord.Run(ctx, s.client, keys, value, purpose, owner, pexpireAt(leaseUntil)).Slice()
+	keys := []string{s.tokenKey(id), s.recordKey(store.TokenRecordKey(id))}
+	v, err := redeem.Run(ctx, s.client, keys, value, purpose, owner, millis(lease)).Slice()
 	if err != nil {
-		return 0, store.Record{}, fmt.Errorf("redis: redeem record: %w", err)
+		return 0, store.Record{}, fail("redeem", err)
 	}
 	if len(v) == 0 {
-		return 0, store.Record{}, unexpectedReply("redeem record", v)
+		return 0, store.Record{}, unexpectedReply("redeem", v)
 	}
 	n, _ := v[0].(int64)
 	switch {
 	case n == replyRecorded && len(v) == 5:
 		rec, ok := parseRecord(v[1:])
 		if !ok {
-			return 0, store.Record{}, unexpectedReply("redeem record", v)
+			return 0, store.Record{}, unexpectedReply("redeem", v)
 		}
 		return store.Recorded, rec, nil
 	case len(v) != 1:
-		return 0, store.Record{}, unexpectedReply("redeem record", v)
+		return 0, store.Record{}, unexpectedReply("redeem", v)
 	case n == replyRedeemed && owner != "":
 		return store.Redeemed, store.Record{Fingerprint: want.Fingerprint(), Owner: owner}, nil
 	}
 	res, ok := redeemResult(n)
 	if !ok {
-		return 0, store.Record{}, unexpectedReply("redeem record", v)
+		return 0, store.Record{}, unexpectedReply("redeem", v)
 	}
 	return res, store.Record{}, nil
 }

@@ -5,7 +5,6 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -22,20 +21,13 @@ const (
 	DefaultTimeout = 500 * time.Millisecond
 )
 
-//go:embed redeem.lua
-var redeemSrc string
-
-// redeem is the atomic compare-and-delete behind RedeemToken. Run sends
-// EVALSHA and falls back to EVAL when the server answers NOSCRIPT.
-var redeem = goredis.NewScript(redeemSrc)
-
 // Replies of redeem.lua.
 const (
 	replyAbsent          = 0
 	replyRedeemed        = 1
 	replyPurposeMismatch = 2
 	replySubjectMismatch = 3
-	replyRecorded        = 4 // redeem_record.lua only
+	replyRecorded        = 4
 )
 
 // Client is the part of a go-redis client the store uses.
@@ -63,7 +55,6 @@ type Store struct {
 	limiter *redis_rate.Limiter
 	prefix  string
 	timeout time.Duration
-	now     func() time.Time
 	closed  atomic.Bool
 }
 
@@ -100,17 +91,6 @@ func WithTimeout(d time.Duration) Option {
 	}
 }
 
-// WithClock replaces time.Now, for tests. PutToken and PutNonce use it
-// only to decide that an expiry time has already passed; Redis expires
-// keys, records included, by its own clock. Defaults to time.Now.
-func WithClock(now func() time.Time) Option {
-	return func(s *Store) {
-		if now != nil {
-			s.now = now
-		}
-	}
-}
-
 // New returns a Store that keeps its tokens in the Redis behind client.
 // The store takes ownership of client: Close closes it.
 func New(client Client, opts ...Option) *Store {
@@ -119,7 +99,6 @@ func New(client Client, opts ...Option) *Store {
 		limiter: redis_rate.NewLimiter(client),
 		prefix:  DefaultPrefix,
 		timeout: DefaultTimeout,
-		now:     time.Now,
 	}
 	for _, o := range opts {
 		o(s)
@@ -127,117 +106,92 @@ func New(client Client, opts ...Option) *Store {
 	return s
 }
 
-// TokenKey returns the Redis key that holds the token id:
+// tokenKey returns the Redis key that holds the token id:
 // prefix + "t:{" + id + "}". The braces are a Cluster hash tag, so any
-// other key kept for the same id (prefix + "r:{" + id + "}", say) lives in
-// the same slot and one script may touch both. An id that is empty or
-// begins with '}' leaves the braces empty, which Redis ignores as a tag.
-func (s *Store) TokenKey(id string) string {
+// other key kept for the same id (its record, prefix + "r:{" + id + "}t")
+// lives in the same slot and one script may touch both. An id that is
+// empty or begins with '}' leaves the braces empty, which Redis ignores as
+// a tag.
+func (s *Store) tokenKey(id string) string {
 	return s.prefix + "t:{" + id + "}"
+}
+
+// putKey returns the Redis key of a Put: the token's key, or for a nonce
+// (store.NonceKey) prefix + "n:" + len(scope) + ":" + scope + ":" + nonce.
+func (s *Store) putKey(key string) string {
+	if store.IsNonceKey(key) {
+		return s.prefix + "n:" + key[len("\x00n"):]
+	}
+	return s.tokenKey(key)
 }
 
 // begin checks that the store is open and ctx is live, and returns ctx
 // bounded by the store's timeout.
-func (s *Store) begin(ctx context.Context) (context.Context, context.CancelFunc, error) {
+func (s *Store) begin(ctx context.Context, op string) (context.Context, context.CancelFunc, error) {
 	if s.closed.Load() {
 		return nil, nil, store.ErrClosed
 	}
 	if err := ctx.Err(); err != nil {
-		return nil, nil, err
+		return nil, nil, fail(op, err)
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	return ctx, cancel, nil
 }
 
-// PutToken implements store.Store with one SET key value NX EXAT/PXAT. The
-// entry expires at expiresAt by the Redis server's clock, truncated to the
-// millisecond. When expiresAt has already passed by the store's clock,
-// nothing is stored and created is true, as if the entry had been stored
-// and had expired at once. A purpose containing a newline is refused with
-// an error: it would make the stored encoding ambiguous.
-func (s *Store) PutToken(ctx context.Context, id string, t store.Token, expiresAt time.Time) (bool, error) {
-	ctx, cancel, err := s.begin(ctx)
+// fail is the error of a call that did not complete: it wraps
+// store.ErrUnavailable.
+func fail(op string, err error) error { return store.Unavailable("redis: "+op, err) }
+
+// millis is d as a PX or PEXPIRE argument: whole milliseconds, rounded
+// up so that an entry never lives shorter than asked; 0 for d <= 0.
+func millis(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	return int64((d + time.Millisecond - 1) / time.Millisecond)
+}
+
+// Put implements store.Store with one SET key value NX PX ttl, which
+// Redis expires by its own clock. A ttl <= 0 stores nothing and created
+// is true, as if the entry had been stored and had expired at once. A
+// purpose containing a newline is refused with an error: it would make
+// the stored encoding ambiguous.
+func (s *Store) Put(ctx context.Context, key string, t store.Token, ttl time.Duration) (bool, error) {
+	ctx, cancel, err := s.begin(ctx, "put")
 	if err != nil {
-		return false, fmt.Errorf("redis: put: %w", err)
+		return false, err
 	}
 	defer cancel()
-	if strings.Contains(t.Purpose, "\n") {
-		return false, errors.New("redis: put: purpose contains a newline")
-	}
-	if !expiresAt.After(s.now()) {
+	switch {
+	case strings.Contains(t.Purpose, "\n"):
+		return false, fail("put", errors.New("purpose contains a newline"))
+	case store.Reserved(key) && !store.IsNonceKey(key):
+		return false, fail("put", errors.New("the key is reserved for the store"))
+	case ttl <= 0:
 		return true, nil
 	}
-	err = s.client.SetArgs(ctx, s.TokenKey(id), encode(t), goredis.SetArgs{Mode: "NX", ExpireAt: expiresAt}).Err()
+	err = s.client.SetArgs(ctx, s.putKey(key), encode(t), goredis.SetArgs{Mode: "NX", TTL: time.Duration(millis(ttl)) * time.Millisecond}).Err()
 	switch {
 	case err == nil:
 		return true, nil
 	case errors.Is(err, goredis.Nil):
 		return false, nil
 	}
-	return false, fmt.Errorf("redis: put: %w", err)
+	return false, fail("put", err)
 }
 
-// NonceKey returns the Redis key that records nonce within scope:
-// prefix + "n:" + len(scope) + ":" + scope + ":" + nonce, unambiguous for
-// every scope and nonce.
-func (s *Store) NonceKey(scope, nonce string) string {
-	return s.prefix + "n:" + strconv.Itoa(len(scope)) + ":" + scope + ":" + nonce
-}
-
-// PutNonce implements store.Store with one SET key 1 NX EXAT/PXAT.
-func (s *Store) PutNonce(ctx context.Context, scope, nonce string, expiresAt time.Time) (bool, error) {
-	ctx, cancel, err := s.begin(ctx)
-	if err != nil {
-		return false, fmt.Errorf("redis: nonce: %w", err)
-	}
-	defer cancel()
-	if !expiresAt.After(s.now()) {
-		return true, nil
-	}
-	err = s.client.SetArgs(ctx, s.NonceKey(scope, nonce), "1", goredis.SetArgs{Mode: "NX", ExpireAt: expiresAt}).Err()
-	switch {
-	case err == nil:
-		return true, nil
-	case errors.Is(err, goredis.Nil):
-		return false, nil
-	}
-	return false, fmt.Errorf("redis: nonce: %w", err)
-}
-
-// RedeemToken implements store.Store with one Lua script (redeem.lua), so
-// that exactly one of any number of concurrent callers sees Redeemed. The
-// script also reads the token's record key (same hash slot): a token with
-// a live record is Absent.
-func (s *Store) RedeemToken(ctx context.Context, id string, want store.Token) (store.RedeemResult, error) {
-	ctx, cancel, err := s.begin(ctx)
-	if err != nil {
-		return 0, fmt.Errorf("redis: redeem: %w", err)
-	}
-	defer cancel()
-	value, purpose := redeemArgs(want)
-	keys := []string{s.TokenKey(id), s.RecordKey(store.TokenRecordKey(id))}
-	n, err := redeem.Run(ctx, s.client, keys, value, purpose).Int64()
-	if err != nil {
-		return 0, fmt.Errorf("redis: redeem: %w", err)
-	}
-	if res, ok := redeemResult(n); ok {
-		return res, nil
-	}
-	return 0, fmt.Errorf("redis: redeem: unexpected script reply %d", n)
-}
-
-// redeemArgs are the ARGV of the redeem scripts for want: the expected
-// stored value and the expected purpose with its separator.
+// redeemArgs are the ARGV of redeem.lua for want: the expected stored
+// value and the expected purpose with its separator.
 func redeemArgs(want store.Token) (value, purpose string) {
 	if strings.Contains(want.Purpose, "\n") {
-		// No stored purpose has a newline: the scripts can only answer
+		// No stored purpose has a newline: the script can only answer
 		// Absent or PurposeMismatch.
 		return "", ""
 	}
 	return encode(want), want.Purpose + "\n"
 }
 
-// redeemResult is the RedeemResult of a redeem script's reply code.
+// redeemResult is the RedeemResult of a redeem.lua reply code.
 func redeemResult(n int64) (store.RedeemResult, bool) {
 	switch n {
 	case replyAbsent:
@@ -264,9 +218,9 @@ func encode(t store.Token) string { return t.Fingerprint() }
 // A zero limit or a Period <= 0 allows everything, and a Burst below 1
 // counts as 1, as in store/memory.
 func (s *Store) Allow(ctx context.Context, key string, l store.Limit) (bool, time.Duration, error) {
-	ctx, cancel, err := s.begin(ctx)
+	ctx, cancel, err := s.begin(ctx, "allow")
 	if err != nil {
-		return false, 0, fmt.Errorf("redis: allow: %w", err)
+		return false, 0, err
 	}
 	defer cancel()
 	if l.IsZero() || l.Period <= 0 {
@@ -274,7 +228,7 @@ func (s *Store) Allow(ctx context.Context, key string, l store.Limit) (bool, tim
 	}
 	res, err := s.limiter.Allow(ctx, s.prefix+key, redis_rate.Limit{Rate: l.Rate, Burst: max(l.Burst, 1), Period: l.Period})
 	if err != nil {
-		return false, 0, fmt.Errorf("redis: allow: %w", err)
+		return false, 0, fail("allow", err)
 	}
 	if res.Allowed > 0 {
 		return true, 0, nil
@@ -285,13 +239,13 @@ func (s *Store) Allow(ctx context.Context, key string, l store.Limit) (bool, tim
 // Ping implements store.Store with one PING. On a cluster client it asks
 // one node, not every shard.
 func (s *Store) Ping(ctx context.Context) error {
-	ctx, cancel, err := s.begin(ctx)
+	ctx, cancel, err := s.begin(ctx, "ping")
 	if err != nil {
-		return fmt.Errorf("redis: ping: %w", err)
+		return err
 	}
 	defer cancel()
 	if err := s.client.Ping(ctx).Err(); err != nil {
-		return fmt.Errorf("redis: ping: %w", err)
+		return fail("ping", err)
 	}
 	return nil
 }
@@ -315,4 +269,4 @@ func (s *Store) Close() error {
 // when the client's options name a database other than 0 (go-redis
 // selects it on every new connection) and, on a Cluster, +cluster|slots. The README quotes this rule, and a test runs the
 // conformance suite as a user that has exactly these.
-const ACLCommands = "+get +set +del +exists +hmget +hset +pexpireat +time +eval +evalsha +ping"
+const ACLCommands = "+get +set +del +hmget +hset +pexpire +time +eval +evalsha +ping"

@@ -13,7 +13,7 @@ func TestUnexpectedReplyTellsTheShapeOnly(t *testing.T) {
 	if strings.Contains(got, "s3cret") || strings.Contains(got, "owner") {
 		t.Fatalf("the error reveals the reply's content: %s", got)
 	}
-	if want := "redis: acquire: unexpected script reply [0 string(1 bytes) string(2 bytes) string(5 bytes) string(26 bytes) <nil>]"; got != want {
+	if want := "store: unavailable: redis: acquire: unexpected script reply [0 string(1 bytes) string(2 bytes) string(5 bytes) string(26 bytes) <nil>]"; got != want {
 		t.Fatalf("error = %q, want %q", got, want)
 	}
 }

@@ -27,7 +27,7 @@ func runRecords(t *testing.T, open func(t *testing.T) Instance) {
 	t.Run("record: acquire opens a record and a duplicate sees it processing", func(t *testing.T) {
 		in := open(t)
 		key := ID()
-		rec, acquired, err := in.Store.Acquire(ctx, key, fp1, owner1, in.Now().Add(time.Minute))
+		rec, acquired, err := in.Store.Acquire(ctx, key, fp1, owner1, time.Minute)
 		if err != nil || !acquired {
 			t.Fatalf("first Acquire = (%v, %v), want acquired", acquired, err)
 		}
@@ -42,7 +42,7 @@ func runRecords(t *testing.T, open func(t *testing.T) Instance) {
 		in := open(t)
 		key := ID()
 		mustAcquire(t, in, key, fp1, owner1, time.Second)
-		if ok, err := in.Store.Renew(ctx, key, owner1, in.Now().Add(2*time.Second)); err != nil || !ok {
+		if ok, err := in.Store.Renew(ctx, key, owner1, 2*time.Second); err != nil || !ok {
 			t.Fatalf("Renew by the owner = (%v, %v), want (true, nil)", ok, err)
 		}
 		in.Advance(1200 * time.Millisecond) // past the first lease, within the renewed one
@@ -171,7 +171,7 @@ func runRecords(t *testing.T, open func(t *testing.T) Instance) {
 			t.Fatalf("second Release = (%v, %v), want (false, nil)", ok, err)
 		}
 		mustAcquire(t, in, key, fp2, owner2, time.Minute)
-		if ok, err := in.Store.Complete(ctx, key, owner1, []byte("late"), in.Now().Add(time.Hour)); err != nil || ok {
+		if ok, err := in.Store.Complete(ctx, key, owner1, []byte("late"), time.Hour); err != nil || ok {
 			t.Fatalf("Complete by the released owner = (%v, %v), want (false, nil)", ok, err)
 		}
 		expectRecord(t, in, key, processing(fp2, owner2))
@@ -240,7 +240,7 @@ func runRecords(t *testing.T, open func(t *testing.T) Instance) {
 		}
 		mustAcquire(t, in, key, fp1, owner1, time.Minute)
 		expectTTL("Acquire", time.Minute)
-		if ok, err := in.Store.Renew(ctx, key, owner1, in.Now().Add(time.Hour)); err != nil || !ok {
+		if ok, err := in.Store.Renew(ctx, key, owner1, time.Hour); err != nil || !ok {
 			t.Fatalf("Renew = (%v, %v)", ok, err)
 		}
 		expectTTL("Renew", time.Hour)
@@ -256,16 +256,16 @@ func runRecords(t *testing.T, open func(t *testing.T) Instance) {
 		call func(t *testing.T, in Instance, key string) (bool, error)
 	}{
 		{"acquire", func(t *testing.T, in Instance, key string) (bool, error) {
-			_, acquired, err := in.Store.Acquire(ctx, key, fp1, owner1, in.Now().Add(-time.Second))
+			_, acquired, err := in.Store.Acquire(ctx, key, fp1, owner1, -time.Second)
 			return acquired, err
 		}},
 		{"renew", func(t *testing.T, in Instance, key string) (bool, error) {
 			mustAcquire(t, in, key, fp1, owner1, time.Minute)
-			return in.Store.Renew(ctx, key, owner1, in.Now().Add(-time.Second))
+			return in.Store.Renew(ctx, key, owner1, -time.Second)
 		}},
 		{"complete", func(t *testing.T, in Instance, key string) (bool, error) {
 			mustAcquire(t, in, key, fp1, owner1, time.Minute)
-			return in.Store.Complete(ctx, key, owner1, []byte("done"), in.Now().Add(-time.Second))
+			return in.Store.Complete(ctx, key, owner1, []byte("done"), -time.Second)
 		}},
 	} {
 		t.Run("record: "+tc.name+" with an expiry already past succeeds and leaves no record", func(t *testing.T) {
@@ -288,15 +288,15 @@ func runRecords(t *testing.T, open func(t *testing.T) Instance) {
 		call func(ctx context.Context, in Instance, key string) error
 	}{
 		{"acquire", func(ctx context.Context, in Instance, key string) error {
-			_, _, err := in.Store.Acquire(ctx, key, fp2, owner2, in.Now().Add(time.Hour))
+			_, _, err := in.Store.Acquire(ctx, key, fp2, owner2, time.Hour)
 			return err
 		}},
 		{"renew", func(ctx context.Context, in Instance, key string) error {
-			_, err := in.Store.Renew(ctx, key, owner1, in.Now().Add(time.Hour))
+			_, err := in.Store.Renew(ctx, key, owner1, time.Hour)
 			return err
 		}},
 		{"complete", func(ctx context.Context, in Instance, key string) error {
-			_, err := in.Store.Complete(ctx, key, owner1, []byte("x"), in.Now().Add(time.Hour))
+			_, err := in.Store.Complete(ctx, key, owner1, []byte("x"), time.Hour)
 			return err
 		}},
 		{"release", func(ctx context.Context, in Instance, key string) error {
@@ -329,7 +329,7 @@ func runRecords(t *testing.T, open func(t *testing.T) Instance) {
 		}
 		outcomes := race(racers, func(i int) outcome {
 			o := fmt.Sprintf("racer-%d", i)
-			rec, acquired, err := in.Store.Acquire(ctx, key, fp1, o, in.Now().Add(time.Minute))
+			rec, acquired, err := in.Store.Acquire(ctx, key, fp1, o, time.Minute)
 			return outcome{o, rec, acquired, err}
 		})
 		winner := ""
@@ -414,13 +414,13 @@ func describe(r store.Record) string {
 
 func renewBy(owner string) func(in Instance, key string) (bool, error) {
 	return func(in Instance, key string) (bool, error) {
-		return in.Store.Renew(context.Background(), key, owner, in.Now().Add(time.Hour))
+		return in.Store.Renew(context.Background(), key, owner, time.Hour)
 	}
 }
 
 func completeBy(owner string) func(in Instance, key string) (bool, error) {
 	return func(in Instance, key string) (bool, error) {
-		return in.Store.Complete(context.Background(), key, owner, []byte("other"), in.Now().Add(time.Hour))
+		return in.Store.Complete(context.Background(), key, owner, []byte("other"), time.Hour)
 	}
 }
 
@@ -433,7 +433,7 @@ func releaseBy(owner string) func(in Instance, key string) (bool, error) {
 // mustAcquire acquires key for owner with a lease of lease.
 func mustAcquire(t *testing.T, in Instance, key, fingerprint, owner string, lease time.Duration) {
 	t.Helper()
-	rec, acquired, err := in.Store.Acquire(context.Background(), key, fingerprint, owner, in.Now().Add(lease))
+	rec, acquired, err := in.Store.Acquire(context.Background(), key, fingerprint, owner, lease)
 	if err != nil || !acquired {
 		t.Fatalf("Acquire(%q, %s) = (%s, %v, %v), want acquired", key, owner, describe(rec), acquired, err)
 	}
@@ -442,7 +442,7 @@ func mustAcquire(t *testing.T, in Instance, key, fingerprint, owner string, leas
 // mustComplete completes owner's record under key, kept for keep.
 func mustComplete(t *testing.T, in Instance, key, owner string, response []byte, keep time.Duration) {
 	t.Helper()
-	ok, err := in.Store.Complete(context.Background(), key, owner, response, in.Now().Add(keep))
+	ok, err := in.Store.Complete(context.Background(), key, owner, response, keep)
 	if err != nil || !ok {
 		t.Fatalf("Complete(%q, %s) = (%v, %v), want (true, nil)", key, owner, ok, err)
 	}
@@ -452,7 +452,7 @@ func mustComplete(t *testing.T, in Instance, key, owner string, response []byte,
 // want. It returns the record found.
 func expectRecord(t *testing.T, in Instance, key string, want store.Record) store.Record {
 	t.Helper()
-	rec, acquired, err := in.Store.Acquire(context.Background(), key, "probe-fingerprint", "probe-owner", in.Now().Add(time.Minute))
+	rec, acquired, err := in.Store.Acquire(context.Background(), key, "probe-fingerprint", "probe-owner", time.Minute)
 	if err != nil {
 		t.Fatalf("Acquire(%q): %v", key, err)
 	}

@@ -49,7 +49,7 @@ func ID() string {
 	return strconv.FormatInt(time.Now().UnixNano(), 10) + "-" + strconv.FormatInt(seq.Add(1), 10)
 }
 
-// errReplay marks a PutNonce that found its nonce, in race results.
+// errReplay marks a Put of a nonce that found it, in race results.
 var errReplay = errors.New("storetest: replay")
 
 // race calls f(0) … f(n-1) at once, each in its own goroutine released
@@ -98,7 +98,7 @@ func Run(t *testing.T, newStore Factory) {
 		in := open(t)
 		id := ID()
 		mustPut(t, in, id, checkoutAlice, time.Minute)
-		created, err := in.Store.PutToken(ctx, id, store.Token{Purpose: "other"}, in.Now().Add(time.Hour))
+		created, err := in.Store.Put(ctx, id, store.Token{Purpose: "other"}, time.Hour)
 		if err != nil || created {
 			t.Fatalf("second put = (%v, %v), want (false, nil)", created, err)
 		}
@@ -196,7 +196,7 @@ func Run(t *testing.T, newStore Factory) {
 	t.Run("expiresAt in the past stores nothing", func(t *testing.T) {
 		in := open(t)
 		id := ID()
-		created, err := in.Store.PutToken(ctx, id, checkoutAlice, in.Now().Add(-time.Second))
+		created, err := in.Store.Put(ctx, id, checkoutAlice, -time.Second)
 		if err != nil {
 			t.Fatalf("put: %v", err)
 		}
@@ -214,8 +214,8 @@ func Run(t *testing.T, newStore Factory) {
 		mustPut(t, in, id, checkoutAlice, time.Minute)
 		cctx, cancel := context.WithCancel(ctx)
 		cancel()
-		if res, err := in.Store.RedeemToken(cctx, id, checkoutAlice); err == nil {
-			t.Fatalf("redeem with cancelled context = %v, nil; want an error", res)
+		if res, _, err := in.Store.Redeem(cctx, id, checkoutAlice, "", 0); !errors.Is(err, store.ErrUnavailable) {
+			t.Fatalf("redeem with cancelled context = %v, %v; want an error wrapping store.ErrUnavailable", res, err)
 		}
 		expectRedeem(t, in, id, checkoutAlice, store.Redeemed)
 	})
@@ -224,6 +224,43 @@ func Run(t *testing.T, newStore Factory) {
 		in := open(t)
 		if err := in.Store.Ping(ctx); err != nil {
 			t.Fatalf("ping: %v", err)
+		}
+	})
+
+	t.Run("every call after Close fails with an error wrapping ErrUnavailable", func(t *testing.T) {
+		in := open(t)
+		id := ID()
+		mustPut(t, in, id, checkoutAlice, time.Minute)
+		if err := in.Store.Close(); err != nil {
+			t.Fatalf("Close: %v", err)
+		}
+		calls := map[string]error{}
+		_, calls["Put"] = in.Store.Put(ctx, ID(), checkoutAlice, time.Minute)
+		_, _, calls["Redeem"] = in.Store.Redeem(ctx, id, checkoutAlice, "", 0)
+		_, _, calls["Acquire"] = in.Store.Acquire(ctx, ID(), fp1, owner1, time.Minute)
+		_, calls["Renew"] = in.Store.Renew(ctx, ID(), owner1, time.Minute)
+		_, calls["Complete"] = in.Store.Complete(ctx, ID(), owner1, nil, time.Minute)
+		_, calls["Release"] = in.Store.Release(ctx, ID(), owner1)
+		calls["Ping"] = in.Store.Ping(ctx)
+		for name, err := range calls {
+			if !errors.Is(err, store.ErrUnavailable) {
+				t.Errorf("%s after Close = %v, want an error wrapping store.ErrUnavailable", name, err)
+			}
+		}
+	})
+
+	t.Run("nonces, tokens and records live in separate key spaces", func(t *testing.T) {
+		in := open(t)
+		id := ID()
+		if fresh, err := in.Store.Put(ctx, store.NonceKey("k", id), store.Token{}, time.Minute); err != nil || !fresh {
+			t.Fatalf("nonce = (%v, %v), want fresh", fresh, err)
+		}
+		mustPut(t, in, id, checkoutAlice, time.Minute)
+		// A nonce's key is never a token: nothing redeems it.
+		expectRedeem(t, in, store.NonceKey("k", id), store.Token{}, store.Absent)
+		expectRedeem(t, in, id, checkoutAlice, store.Redeemed)
+		if fresh, err := in.Store.Put(ctx, store.NonceKey("k", id), store.Token{}, time.Minute); err != nil || fresh {
+			t.Fatalf("the same nonce again = (%v, %v), want a replay", fresh, err)
 		}
 	})
 
@@ -240,7 +277,7 @@ func Run(t *testing.T, newStore Factory) {
 			err error
 		}
 		outcomes := race(tokens*racers, func(i int) outcome {
-			res, err := in.Store.RedeemToken(ctx, ids[i%tokens], checkoutAlice)
+			res, _, err := in.Store.Redeem(ctx, ids[i%tokens], checkoutAlice, "", 0)
 			return outcome{res, err}
 		})
 		counts := map[store.RedeemResult]int{}
@@ -267,9 +304,9 @@ func Run(t *testing.T, newStore Factory) {
 			scope string
 			fresh bool
 		}{{"partner-1", true}, {"partner-1", false}, {"mobile", true}, {"mobile", false}} {
-			fresh, err := in.Store.PutNonce(ctx, step.scope, n, in.Now().Add(time.Minute))
+			fresh, err := in.Store.Put(ctx, store.NonceKey(step.scope, n), store.Token{}, time.Minute)
 			if err != nil || fresh != step.fresh {
-				t.Fatalf("PutNonce(%s) = (%v, %v), want (%v, nil)", step.scope, fresh, err, step.fresh)
+				t.Fatalf("Put(NonceKey(%s)) = (%v, %v), want (%v, nil)", step.scope, fresh, err, step.fresh)
 			}
 		}
 	})
@@ -277,10 +314,10 @@ func Run(t *testing.T, newStore Factory) {
 	t.Run("nonce scopes cannot be confused by separators", func(t *testing.T) {
 		in := open(t)
 		n := ID()
-		if fresh, err := in.Store.PutNonce(ctx, "a:b", n, in.Now().Add(time.Minute)); err != nil || !fresh {
+		if fresh, err := in.Store.Put(ctx, store.NonceKey("a:b", n), store.Token{}, time.Minute); err != nil || !fresh {
 			t.Fatalf("first = %v, %v", fresh, err)
 		}
-		if fresh, err := in.Store.PutNonce(ctx, "a", "b:"+n, in.Now().Add(time.Minute)); err != nil || !fresh {
+		if fresh, err := in.Store.Put(ctx, store.NonceKey("a", "b:"+n), store.Token{}, time.Minute); err != nil || !fresh {
 			t.Fatalf("a different scope and nonce with the same concatenation = %v, %v; want fresh", fresh, err)
 		}
 	})
@@ -288,11 +325,11 @@ func Run(t *testing.T, newStore Factory) {
 	t.Run("a nonce is fresh again after it expires", func(t *testing.T) {
 		in := open(t)
 		n := ID()
-		if fresh, _ := in.Store.PutNonce(ctx, "k", n, in.Now().Add(time.Second)); !fresh {
+		if fresh, _ := in.Store.Put(ctx, store.NonceKey("k", n), store.Token{}, time.Second); !fresh {
 			t.Fatal("first not fresh")
 		}
 		in.Advance(1100 * time.Millisecond)
-		if fresh, err := in.Store.PutNonce(ctx, "k", n, in.Now().Add(time.Second)); err != nil || !fresh {
+		if fresh, err := in.Store.Put(ctx, store.NonceKey("k", n), store.Token{}, time.Second); err != nil || !fresh {
 			t.Fatalf("after expiry = %v, %v; want fresh", fresh, err)
 		}
 	})
@@ -302,7 +339,7 @@ func Run(t *testing.T, newStore Factory) {
 		n := ID()
 		var fresh, replays, errs int
 		for _, err := range race(50, func(int) error {
-			ok, err := in.Store.PutNonce(ctx, "k", n, in.Now().Add(time.Minute))
+			ok, err := in.Store.Put(ctx, store.NonceKey("k", n), store.Token{}, time.Minute)
 			switch {
 			case err != nil:
 				return err
@@ -356,19 +393,19 @@ func Run(t *testing.T, newStore Factory) {
 
 func mustPut(t *testing.T, in Instance, id string, tok store.Token, ttl time.Duration) {
 	t.Helper()
-	created, err := in.Store.PutToken(context.Background(), id, tok, in.Now().Add(ttl))
+	created, err := in.Store.Put(context.Background(), id, tok, ttl)
 	if err != nil || !created {
-		t.Fatalf("PutToken(%s) = (%v, %v), want (true, nil)", id, created, err)
+		t.Fatalf("Put(%s) = (%v, %v), want (true, nil)", id, created, err)
 	}
 }
 
 func expectRedeem(t *testing.T, in Instance, id string, tok store.Token, want store.RedeemResult) {
 	t.Helper()
-	got, err := in.Store.RedeemToken(context.Background(), id, tok)
+	got, rec, err := in.Store.Redeem(context.Background(), id, tok, "", 0)
 	if err != nil {
-		t.Fatalf("RedeemToken(%s, %+v): %v", id, tok, err)
+		t.Fatalf("Redeem(%s, %+v): %v", id, tok, err)
 	}
-	if got != want {
-		t.Fatalf("RedeemToken(%s, %+v) = %v, want %v", id, tok, got, want)
+	if got != want || (got != store.Recorded && !sameRecord(rec, store.Record{})) {
+		t.Fatalf("Redeem(%s, %+v) = %v, %+v; want %v", id, tok, got, describe(rec), want)
 	}
 }
