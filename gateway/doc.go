@@ -13,20 +13,20 @@
 //	    policy: token
 //	    purpose: checkout
 //
-// The policies are package handlers' middleware around the proxy:
+// The policies are package guard's middleware around the proxy:
 //
-//   - idempotency_key: an IdempotencyGuard runs the app once per
+//   - idempotency_key: Idempotent runs the app once per
 //     Idempotency-Key and replays its response, with
 //     Idempotent-Replayed: true, to every duplicate;
 //   - fingerprint: the same, and identical keyless requests (double
 //     submits) inside a short window get the first one's response;
-//   - token: a Guard redeems the token from the Idempotency-Token header,
+//   - token: RequireToken redeems the token from the Idempotency-Token header,
 //     else the idempotency_token form field, before the app runs; a
 //     request without one gets 400 invalid_request. Without the header,
 //     the body is read (at most the route's max_body, else 413) to look
 //     for the field. The app receives the body as the client sent it and
 //     the token's id in Replayguard-Token-Id;
-//   - signature: a SignatureGuard lets a signed request (RFC 9421)
+//   - signature: RequireSignature lets a signed request (RFC 9421)
 //     through once, inside its window; the app receives the signature's
 //     keyid in Replayguard-Client-Key-Id.
 //

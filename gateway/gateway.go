@@ -1,7 +1,6 @@
 package gateway
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -15,9 +14,11 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/replayguard/replayguard/handlers"
+	"github.com/replayguard/replayguard/guard"
 	"github.com/replayguard/replayguard/idempotency"
+	"github.com/replayguard/replayguard/internal/request"
 	"github.com/replayguard/replayguard/metrics"
+	"github.com/replayguard/replayguard/problem"
 	"github.com/replayguard/replayguard/replay"
 	"github.com/replayguard/replayguard/token"
 )
@@ -26,7 +27,7 @@ import (
 // every request, routed or not.
 const (
 	// TokenIDHeader carries the redeemed token's id on PolicyToken routes.
-	TokenIDHeader = handlers.TokenIDHeader
+	TokenIDHeader = token.IDHeader
 	// ClientKeyIDHeader carries the verified signature's keyid on
 	// PolicySignature routes.
 	ClientKeyIDHeader = "Replayguard-Client-Key-Id"
@@ -78,13 +79,13 @@ func WithTokens(s *token.Service) Option { return func(g *Gateway) { g.tokens = 
 func WithVerifier(v *replay.Verifier) Option { return func(g *Gateway) { g.verifier = v } }
 
 // WithScope sets whom an idempotency record belongs to (see
-// handlers.WithScope and handlers.ParseScope); a function returning ""
-// falls back to the client IP. Defaults to the client IP.
+// guard.WithScope and guard.ParseScope); a function returning "" falls
+// back to the client IP. Defaults to the client IP.
 func WithScope(f func(*http.Request) string) Option { return func(g *Gateway) { g.scope = f } }
 
 // WithFingerprintWindow sets how long PolicyFingerprint routes keep a
 // keyless request's response, from its completion, unless the route sets
-// window. Defaults to handlers.DefaultFingerprintWindow (2s).
+// window. Defaults to guard.DefaultFingerprintWindow (2s).
 func WithFingerprintWindow(d time.Duration) Option {
 	return func(g *Gateway) {
 		if d > 0 {
@@ -95,9 +96,10 @@ func WithFingerprintWindow(d time.Duration) Option {
 
 // WithClientIP sets how the client's IP is found, for the default
 // idempotency scope and for X-Forwarded-For; where f returns "", the
-// default applies. Defaults to the host of r.RemoteAddr; behind a proxy,
-// give the address it forwarded as your router determined it (cmd/server
-// passes Gin's ClientIP, which believes only REPLAYGUARD_TRUSTED_PROXIES).
+// default applies. Defaults to the host of r.RemoteAddr, or the IP a
+// router in front set on the request (cmd/server sets Gin's ClientIP,
+// which believes only REPLAYGUARD_TRUSTED_PROXIES); behind a proxy, give
+// the address it forwarded.
 func WithClientIP(f func(*http.Request) string) Option {
 	return func(g *Gateway) {
 		if f != nil {
@@ -105,7 +107,7 @@ func WithClientIP(f func(*http.Request) string) Option {
 				if ip := f(r); ip != "" {
 					return ip
 				}
-				return remoteHost(r)
+				return request.ClientIP(r)
 			}
 		}
 	}
@@ -189,10 +191,10 @@ func New(upstream *url.URL, routes []Route, opts ...Option) (*Gateway, error) {
 	g := &Gateway{
 		upstream: upstream,
 		mux:      http.NewServeMux(),
-		window:   handlers.DefaultFingerprintWindow,
+		window:   guard.DefaultFingerprintWindow,
 		timeout:  DefaultTimeout,
 		log:      slog.Default(),
-		clientIP: remoteHost,
+		clientIP: request.ClientIP,
 	}
 	for _, o := range opts {
 		o(g)
@@ -337,31 +339,29 @@ func StripVerifiedHeaders(h http.Header) {
 // policy builds the handler chain of a route: its policy's middleware
 // around the proxy.
 func (g *Gateway) policy(rt Route) (http.Handler, error) {
+	common := []guard.Option{guard.WithLogger(g.log), guard.WithMetrics(g.metrics)}
 	switch rt.Policy {
 	case PolicyIdempotencyKey, PolicyFingerprint:
 		if g.keeper == nil {
 			return nil, errors.New("policy " + rt.Policy + " needs an idempotency.Keeper (WithKeeper)")
 		}
-		opts := []handlers.IdempotencyOption{
-			handlers.WithKeyRequired(rt.Required),
-			handlers.WithScope(g.scopeOf),
-			handlers.UnsafeFailOpen(rt.FailOpen),
-			handlers.WithIdempotencyLogger(g.log),
-		}
 		keeper := g.routeKeeper(rt)
-		opts = append(opts, handlers.WithMaxRequestBody(int64(keeper.MaxBody())))
+		opts := append(common,
+			guard.WithKeyRequired(rt.Required),
+			guard.WithScope(g.scopeOf),
+			guard.UnsafeFailOpen(rt.FailOpen),
+			guard.WithMaxBody(int64(keeper.MaxBody())))
 		if m := patternMethod(rt.Match); m != "" {
-			opts = append(opts, handlers.WithIdempotencyMethods(m))
+			opts = append(opts, guard.WithMethods(m))
 		}
 		if rt.Policy == PolicyFingerprint {
 			window := rt.Window
 			if window <= 0 {
 				window = g.window
 			}
-			opts = append(opts, handlers.WithFingerprintMode(window))
+			opts = append(opts, guard.WithFingerprintWindow(window))
 		}
-		guard := handlers.NewIdempotencyGuard(keeper, opts...)
-		return guard.IdempotentHandler()(g.recorded()), nil
+		return guard.Idempotent(keeper, opts...)(g.recorded()), nil
 	case PolicyToken:
 		if g.tokens == nil {
 			return nil, errors.New("policy token needs a token.Service (WithTokens)")
@@ -369,31 +369,23 @@ func (g *Gateway) policy(rt Route) (http.Handler, error) {
 		if g.keeper == nil {
 			return nil, errors.New("policy token needs an idempotency.Keeper (WithKeeper) for its records")
 		}
+		// The response is recorded under the token's ID, with the route's
+		// lease, retention and body cap, so a duplicate submit gets the
+		// first response (the same 303, say) instead of 409 token_used.
+		// A tokenless body is read within max_body for the form field and
+		// reaches the app unread.
 		keeper := g.routeKeeper(rt)
-		guard := tokenGuard(g.tokens, keeper, g.metrics)
-		inner := guard.RequireTokenHandler(rt.Purpose)(restoreBody(g.recorded()))
-		return bufferTokenless(int64(keeper.MaxBody()), inner), nil
+		opts := append(common, guard.WithRecords(keeper), guard.WithMaxBody(int64(keeper.MaxBody())))
+		return guard.RequireToken(g.tokens, rt.Purpose, opts...)(g.recorded()), nil
 	case PolicySignature:
 		if g.verifier == nil {
 			return nil, errors.New("policy signature needs a replay.Verifier (WithVerifier)")
 		}
-		guard := handlers.NewSignatureGuard(g.verifier, handlers.WithSignatureMetrics(g.metrics))
-		return guard.RequireSignatureHandler()(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		return guard.RequireSignature(g.verifier, common...)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			g.forward(w, r, false)
 		})), nil
 	}
 	return nil, fmt.Errorf("unknown policy %q", rt.Policy)
-}
-
-// tokenGuard builds the Guard of PolicyToken routes. They record the
-// response under the token's ID, with k's lease, retention and body cap,
-// so a duplicate submit gets the first response (the same 303, say)
-// instead of 409 token_used.
-func tokenGuard(tokens *token.Service, k *idempotency.Keeper, m *metrics.Metrics) *handlers.Guard {
-	return handlers.NewGuard(tokens,
-		handlers.WithGuardMetrics(m),
-		handlers.WithTokenRecords(k),
-	)
 }
 
 // routeKeeper is the gateway's Keeper with the route's overrides.
@@ -450,14 +442,14 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, detached bool)
 }
 
 // abandon leaves the record of the response being written to w
-// processing until its lease ends (handlers.AbandonRecord): the app may
-// have carried the request out, so neither storing the failure nor
-// releasing the record for an immediate retry is right.
+// processing until its lease ends (guard.AbandonRecord): the app may have
+// carried the request out, so neither storing the failure nor releasing
+// the record for an immediate retry is right.
 func abandon(w http.ResponseWriter) {
 	if nf, ok := w.(noFlush); ok {
 		w = nf.ResponseWriter
 	}
-	handlers.AbandonRecord(w)
+	guard.AbandonRecord(w)
 }
 
 // neverSent reports whether err, the transport's error for a request
@@ -509,14 +501,14 @@ func (g *Gateway) rewrite(pr *httputil.ProxyRequest) {
 	}
 	StripVerifiedHeaders(pr.Out.Header)
 	ctx := pr.In.Context()
-	if c, ok := handlers.TokenFrom(ctx); ok {
+	if c, ok := guard.TokenFrom(ctx); ok {
 		pr.Out.Header.Set(TokenIDHeader, c.ID)
 	}
-	if s, ok := handlers.SignatureFrom(ctx); ok {
+	if s, ok := guard.SignatureFrom(ctx); ok {
 		pr.Out.Header.Set(ClientKeyIDHeader, s.KeyID)
 	}
-	if id := handlers.RequestID(ctx); id != "" {
-		pr.Out.Header.Set(handlers.RequestIDHeader, id)
+	if id := problem.RequestID(ctx); id != "" {
+		pr.Out.Header.Set(problem.RequestIDHeader, id)
 	}
 }
 
@@ -539,7 +531,7 @@ var idempotencyHeaders = []string{"Idempotency-Key", "X-Idempotency-Key"}
 //     the idle connection just as the request went out), if its body is
 //     empty or can be had again with GetBody. The app never saw it, so
 //     this retry is kept: GetBody stays (IdempotencyGuard, the signature
-//     policy and the token policy's buffered bodies set it), and a body
+//     policy and the token policy's read bodies set it), and a body
 //     streamed from the client gets one that works while none of the body
 //     has been read (unreadBody), as is the case then: the Transport
 //     sends the headers of such a body before reading it.
@@ -609,8 +601,8 @@ func (b *unreadBody) again() (io.ReadCloser, error) {
 // modifyResponse drops the app's X-Request-ID when the gateway sent one:
 // the response already carries it.
 func modifyResponse(resp *http.Response) error {
-	if resp.Request != nil && resp.Request.Header.Get(handlers.RequestIDHeader) != "" {
-		resp.Header.Del(handlers.RequestIDHeader)
+	if resp.Request != nil && resp.Request.Header.Get(problem.RequestIDHeader) != "" {
+		resp.Header.Del(problem.RequestIDHeader)
 	}
 	return nil
 }
@@ -628,7 +620,7 @@ func (g *Gateway) upstreamError(w http.ResponseWriter, r *http.Request, err erro
 		level = slog.LevelDebug // the client went away
 	}
 	g.log.LogAttrs(r.Context(), level, "upstream request failed",
-		slog.String("request_id", handlers.RequestID(r.Context())),
+		slog.String("request_id", problem.RequestID(r.Context())),
 		slog.String("method", r.Method), slog.String("path", r.URL.Path),
 		slog.String("error", err.Error()))
 	if !neverSent(r.Method, err) {
@@ -636,16 +628,7 @@ func (g *Gateway) upstreamError(w http.ResponseWriter, r *http.Request, err erro
 		// the app may have carried it out.
 		abandon(w)
 	}
-	handlers.WriteProblem(w, r, fmt.Errorf("%w: %w", handlers.ErrUpstreamUnavailable, err))
-}
-
-// remoteHost is the host of r.RemoteAddr.
-func remoteHost(r *http.Request) string {
-	host, _, err := net.SplitHostPort(r.RemoteAddr)
-	if err != nil {
-		return r.RemoteAddr
-	}
-	return host
+	problem.Write(w, fmt.Errorf("%w: %w", problem.ErrUpstreamUnavailable, err))
 }
 
 // patternMethod is the method of a ServeMux pattern, or "".
@@ -654,61 +637,4 @@ func patternMethod(pattern string) string {
 		return pattern[:i]
 	}
 	return ""
-}
-
-type bodyKey struct{}
-
-// bufferTokenless reads the body of a request without an
-// Idempotency-Token header, at most limit bytes (413 over it), so the
-// Guard can look for the idempotency_token form field in it and
-// restoreBody can hand the app the body as the client sent it. Whatever
-// its Content-Type says: net/http parses a form even from
-// "application/x-www-form-urlencoded; foo", whose parameter
-// mime.ParseMediaType refuses, and a Guard reading an unbuffered body
-// would consume it, up to net/http's 10 MB. Requests with the header
-// keep their body as a stream.
-func bufferTokenless(limit int64, next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Header.Get(handlers.TokenHeader) != "" || r.Body == nil || r.Body == http.NoBody {
-			next.ServeHTTP(w, r)
-			return
-		}
-		tooLarge := fmt.Errorf("%w: the body is over %d bytes, the most this route reads", handlers.ErrTooLarge, limit)
-		if r.ContentLength > limit {
-			handlers.WriteProblem(w, r, tooLarge)
-			return
-		}
-		data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
-		if err != nil {
-			if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
-				handlers.WriteProblem(w, r, tooLarge)
-				return
-			}
-			handlers.WriteProblem(w, r, fmt.Errorf("%w: reading the body: %v", handlers.ErrBadRequest, err))
-			return
-		}
-		_ = r.Body.Close()
-		r = r.WithContext(context.WithValue(r.Context(), bodyKey{}, data))
-		r.Body = io.NopCloser(bytes.NewReader(data))
-		defer func() {
-			if r.MultipartForm != nil {
-				_ = r.MultipartForm.RemoveAll()
-			}
-		}()
-		next.ServeHTTP(w, r)
-	})
-}
-
-// restoreBody gives the request the body bufferTokenless read, unread
-// again, with a GetBody so that the transport can send it again on a new
-// connection when nothing of it reached the app (see sendOnce).
-func restoreBody(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if data, ok := r.Context().Value(bodyKey{}).([]byte); ok {
-			r = r.WithContext(r.Context())
-			r.Body = io.NopCloser(bytes.NewReader(data))
-			r.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(data)), nil }
-		}
-		next.ServeHTTP(w, r)
-	})
 }

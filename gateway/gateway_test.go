@@ -26,8 +26,8 @@ import (
 	"time"
 
 	"github.com/replayguard/replayguard/gateway"
-	"github.com/replayguard/replayguard/handlers"
 	"github.com/replayguard/replayguard/idempotency"
+	"github.com/replayguard/replayguard/problem"
 	"github.com/replayguard/replayguard/replay"
 	"github.com/replayguard/replayguard/store/memory"
 	"github.com/replayguard/replayguard/store/storetest"
@@ -158,7 +158,7 @@ func newRequest(t *testing.T, method, target, body string, header ...string) *ht
 
 // problemCode is the code of a problem+json body, or "".
 func problemCode(body string) string {
-	var p handlers.Problem
+	var p problem.Problem
 	_ = json.Unmarshal([]byte(body), &p)
 	return p.Code
 }
@@ -1022,7 +1022,7 @@ func TestRequestOnAConnectionTheAppClosedIsSentAgain(t *testing.T) {
 			return request{path: "/comments"}
 		}},
 		{"a token in a header: the body streamed from the client", func(tok string) request {
-			return request{path: "/checkout", body: "item=book", header: []string{handlers.TokenHeader, tok, "Content-Type", "application/x-www-form-urlencoded"}}
+			return request{path: "/checkout", body: "item=book", header: []string{token.Header, tok, "Content-Type", "application/x-www-form-urlencoded"}}
 		}},
 		{"an unrouted POST with a body streamed from the client", func(string) request {
 			return request{path: "/comments", body: "text=hi", header: []string{"Content-Type", "application/x-www-form-urlencoded"}}

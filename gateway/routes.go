@@ -14,6 +14,7 @@ import (
 	"github.com/goccy/go-yaml"
 	"github.com/goccy/go-yaml/ast"
 
+	"github.com/replayguard/replayguard/idempotency"
 	"github.com/replayguard/replayguard/token"
 )
 
@@ -38,11 +39,6 @@ const (
 const (
 	// MaxRoutesFile is the largest routes file LoadRoutes reads: 1 MiB.
 	MaxRoutesFile = 1 << 20
-	// MaxSize is the largest size ParseSize accepts: 64 MiB.
-	MaxSize = 64 << 20
-	// MinLockTTL is the shortest processing lease a route may set: the
-	// heartbeat renews it every third of it.
-	MinLockTTL = time.Second
 )
 
 // Route is one entry of a routes file. Zero overrides mean the server's
@@ -229,7 +225,7 @@ func parseRoute(node ast.Node, name string) (Route, error) {
 			}
 		}
 	}
-	if rt.LockTTL, err = durationValue(f.LockTTL, MinLockTTL); err != nil {
+	if rt.LockTTL, err = durationValue(f.LockTTL, idempotency.MinLockTTL); err != nil {
 		return Route{}, fail("lock_ttl", "%v", err)
 	}
 	if rt.Retention, err = durationValue(f.Retention, time.Millisecond); err != nil {
@@ -239,7 +235,7 @@ func parseRoute(node ast.Node, name string) (Route, error) {
 		return Route{}, fail("window", "%v", err)
 	}
 	if f.MaxBody != nil {
-		if rt.MaxBody, err = ParseSize(scalarText(f.MaxBody)); err != nil {
+		if rt.MaxBody, err = idempotency.ParseSize(scalarText(f.MaxBody)); err != nil {
 			return Route{}, fail("max_body", "%v", err)
 		}
 	}
@@ -268,26 +264,6 @@ func durationValue(v any, least time.Duration) (time.Duration, error) {
 		return 0, fmt.Errorf("must be at least %v, got %s", least, s)
 	}
 	return d, nil
-}
-
-// ParseSize reads a byte count: digits, optionally followed by KiB or
-// MiB ("65536", "512KiB", "1MiB"), from 1 byte to MaxSize (64 MiB).
-func ParseSize(s string) (int, error) {
-	bad := fmt.Errorf("%q is not a size: want bytes (1048576) or a KiB or MiB suffix (1MiB), from 1 byte to 64MiB", s)
-	digits, unit := s, 1
-	if d, ok := strings.CutSuffix(s, "KiB"); ok {
-		digits, unit = d, 1<<10
-	} else if d, ok := strings.CutSuffix(s, "MiB"); ok {
-		digits, unit = d, 1<<20
-	}
-	if digits == "" || strings.Trim(digits, "0123456789") != "" {
-		return 0, bad
-	}
-	n, err := strconv.Atoi(digits)
-	if err != nil || n < 1 || n > MaxSize/unit {
-		return 0, bad
-	}
-	return n * unit, nil
 }
 
 // register adds pattern to mux, turning ServeMux's panic on an invalid

@@ -3,15 +3,11 @@ package handlers
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/base64"
-	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -21,26 +17,25 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/replayguard/replayguard/idempotency"
+	"github.com/replayguard/replayguard/internal/request"
 	"github.com/replayguard/replayguard/metrics"
+	"github.com/replayguard/replayguard/problem"
 	"github.com/replayguard/replayguard/replay"
 	"github.com/replayguard/replayguard/store"
 	"github.com/replayguard/replayguard/token"
 	"github.com/replayguard/replayguard/web/sdk"
 )
 
-// Defaults for the options below.
-const (
-	// MaxBodyBytes bounds every request body the API reads.
-	MaxBodyBytes = 64 << 10
-	// TokenHeader carries a token to redeem.
-	TokenHeader = "Idempotency-Token"
-	// TokenField is the form field that carries a token.
-	TokenField = "idempotency_token"
-)
+// MaxBodyBytes bounds every request body the API reads but that of POST
+// /v1/tokens/complete, which may carry a recorded response.
+const MaxBodyBytes = 64 << 10
 
-// DefaultIssueRate is the default per-client-IP issue rate: 120 a minute
-// with bursts of 120.
+// DefaultIssueRate is the recommended per-client-IP issue rate: 120 a
+// minute with bursts of 120.
 var DefaultIssueRate = store.Limit{Rate: 120, Burst: 120, Period: time.Minute}
+
+// DefaultReadyTimeout bounds the store ping behind GET /readyz.
+const DefaultReadyTimeout = time.Second
 
 // API serves the token endpoints. Create it with New.
 type API struct {
@@ -54,15 +49,17 @@ type API struct {
 	timeout  time.Duration
 	verifier *replay.Verifier
 	keeper   *idempotency.Keeper
+	proxies  []string
 }
 
 // Option configures an API.
 type Option func(*API)
 
-// WithAPIKeys requires Authorization: Bearer <key> on redeem, with one of
-// keys, and lets those callers issue subject-bound tokens. Keys are
-// compared in constant time. Defaults to none: redeem is open and subjects
-// cannot be requested.
+// WithAPIKeys requires Authorization: Bearer <key> on redeem, complete,
+// release, forward-auth and verify, with one of keys, and lets those
+// callers issue subject-bound tokens. Keys are compared in constant time.
+// Defaults to none: those endpoints are open and subjects cannot be
+// requested.
 func WithAPIKeys(keys ...string) Option {
 	return func(a *API) {
 		for _, k := range keys {
@@ -98,11 +95,13 @@ func WithCORSOrigins(origins ...string) Option {
 	}
 }
 
-// WithMetrics counts issued tokens and redemption outcomes in m.
-// Defaults to nil: nothing is counted.
+// WithMetrics counts issued tokens and the outcomes of redemptions,
+// token records and verifications in m, and serves GET /metrics from the
+// Engine. Defaults to nil: nothing is counted.
 func WithMetrics(m *metrics.Metrics) Option { return func(a *API) { a.metrics = m } }
 
-// WithLogger sets the logger for warnings. Defaults to slog.Default().
+// WithLogger sets the logger for request lines and panics. Defaults to
+// slog.Default().
 func WithLogger(l *slog.Logger) Option {
 	return func(a *API) {
 		if l != nil {
@@ -118,9 +117,9 @@ func WithLogger(l *slog.Logger) Option {
 func WithVerifier(v *replay.Verifier) Option { return func(a *API) { a.verifier = v } }
 
 // WithRecords lets backends record the response of a token's one
-// execution through the API, as the Guard's WithTokenRecords does in Go:
-// POST /v1/tokens/redeem with "record": true opens a processing record
-// under the token's ID (leased for k's lock TTL, not renewed), POST
+// execution through the API, as guard.WithRecords does in Go: POST
+// /v1/tokens/redeem with "record": true opens a processing record under
+// the token's ID (leased for k's lock TTL, not renewed), POST
 // /v1/tokens/complete stores the backend's response in it and POST
 // /v1/tokens/release gives the token back for a retry. Every redeem of a
 // token that has a record, with or without "record", answers from it:
@@ -133,8 +132,16 @@ func WithVerifier(v *replay.Verifier) Option { return func(a *API) { a.verifier 
 // invalid_request and the two routes answer 404 not_found.
 func WithRecords(k *idempotency.Keeper) Option { return func(a *API) { a.keeper = k } }
 
+// WithTrustedProxies sets the IPs or CIDRs whose X-Forwarded-For and
+// X-Real-IP headers the Engine believes for the client IP (the issue
+// rate's key, the request log). Defaults to none: the client IP is the
+// peer address. On your own router, call its SetTrustedProxies instead.
+func WithTrustedProxies(proxies ...string) Option {
+	return func(a *API) { a.proxies = append(a.proxies, proxies...) }
+}
+
 // WithReadyTimeout bounds the store ping behind GET /readyz. Defaults to
-// one second.
+// DefaultReadyTimeout (1s); d <= 0 keeps the default.
 func WithReadyTimeout(d time.Duration) Option {
 	return func(a *API) {
 		if d > 0 {
@@ -147,10 +154,9 @@ func WithReadyTimeout(d time.Duration) Option {
 func New(tokens *token.Service, opts ...Option) *API {
 	a := &API{
 		tokens:  tokens,
-		rate:    DefaultIssueRate,
 		origins: map[string]bool{},
 		log:     slog.Default(),
-		timeout: time.Second,
+		timeout: DefaultReadyTimeout,
 	}
 	for _, o := range opts {
 		o(a)
@@ -174,13 +180,15 @@ func Mount(r gin.IRoutes, tokens *token.Service, opts ...Option) *API {
 // (GET /sdk/replayguard.js, /sdk/replayguard.mjs and
 // /sdk/replayguard.js.sri) to r.
 func (a *API) Register(r gin.IRoutes) {
-	r.POST("/v1/tokens", a.cors, a.issue)
+	r.POST("/v1/tokens", a.cors, handle(a.issue, a.countIssue))
 	r.OPTIONS("/v1/tokens", a.preflight)
-	r.POST("/v1/tokens/redeem", a.redeem)
-	r.POST("/v1/tokens/complete", a.complete)
-	r.POST("/v1/tokens/release", a.release)
-	a.registerForwardAuth(r)
-	r.POST("/v1/signatures/verify", a.verifySignature)
+	r.POST("/v1/tokens/redeem", handle(a.redeem, a.metrics.Redemption))
+	r.POST("/v1/tokens/complete", handle(a.finish(a.complete), func(o string) { a.metrics.TokenRecord("complete", o) }))
+	r.POST("/v1/tokens/release", handle(a.finish(a.release), func(o string) { a.metrics.TokenRecord("release", o) }))
+	for _, m := range forwardAuthMethods {
+		r.Handle(m, ForwardAuthPath, a.forwardAuth)
+	}
+	r.POST("/v1/signatures/verify", handle(a.verifySignature, a.metrics.SignatureVerification))
 	files := gin.WrapH(sdk.Handler())
 	for _, p := range []string{sdk.ScriptPath, sdk.ModulePath, sdk.SRIPath} {
 		r.GET(p, files)
@@ -188,10 +196,38 @@ func (a *API) Register(r gin.IRoutes) {
 	}
 }
 
+// endpoint is an API handler: it answers a request that succeeds, with
+// the outcome it counts, or returns the error it refuses it with.
+type endpoint func(c *gin.Context) (outcome string, err error)
+
+// handle is the one place where an endpoint's outcome is counted and its
+// refusal written: count gets the outcome, or the problem code of the
+// error, which is answered as a problem.
+func handle(e endpoint, count func(outcome string)) gin.HandlerFunc {
+	return func(c *gin.Context) {
+		outcome, err := e(c)
+		if err != nil {
+			outcome = problem.Code(err)
+			fail(c, err)
+		}
+		if outcome != "" {
+			count(outcome)
+		}
+	}
+}
+
+// fail answers c with the problem for err.
 func fail(c *gin.Context, err error) {
 	c.Abort()
 	_ = c.Error(err) // the request log names the cause of a 5xx
-	WriteProblem(c.Writer, c.Request, err)
+	problem.Write(c.Writer, err)
+}
+
+// countIssue counts an issued token.
+func (a *API) countIssue(outcome string) {
+	if outcome == "issued" {
+		a.metrics.Issued()
+	}
 }
 
 type issueBody struct {
@@ -208,30 +244,26 @@ type issueResponse struct {
 	ExpiresIn int64  `json:"expires_in"`
 }
 
-func (a *API) issue(c *gin.Context) {
+func (a *API) issue(c *gin.Context) (string, error) {
 	authed := a.authorized(c.Request)
 	if !authed && a.limiter != nil && !a.rate.IsZero() {
 		ok, retry, err := a.limiter.Allow(c.Request.Context(), "issue:"+rateKey(c.ClientIP()), a.rate)
 		if err != nil {
-			fail(c, fmt.Errorf("%w: %w", token.ErrUnavailable, err))
-			return
+			return "", err
 		}
 		if !ok {
-			fail(c, retryAfterError{fmt.Errorf("%w: at most %d tokens per %v per client", ErrRateLimited, a.rate.Rate, a.rate.Period), retry})
-			return
+			return "", problem.RetryAfter(fmt.Errorf("%w: at most %d tokens per %v per client", problem.ErrRateLimited, a.rate.Rate, a.rate.Period), retry)
 		}
 	}
 	var body issueBody
 	if err := readJSON(c.Request, &body, MaxBodyBytes); err != nil {
-		fail(c, err)
-		return
+		return "", err
 	}
 	if body.Purpose == "" {
 		body.Purpose = c.Query("purpose")
 	}
 	if body.Subject != "" && !authed {
-		fail(c, fmt.Errorf("%w: present a valid API key to bind a token to a subject", ErrSubjectNotAllowed))
-		return
+		return "", fmt.Errorf("%w: present a valid API key to bind a token to a subject", problem.ErrSubjectNotAllowed)
 	}
 	req := token.IssueRequest{Purpose: body.Purpose, Subject: body.Subject}
 	if body.TTLSeconds != nil {
@@ -243,10 +275,8 @@ func (a *API) issue(c *gin.Context) {
 	}
 	is, err := a.tokens.Issue(c.Request.Context(), req)
 	if err != nil {
-		fail(c, err)
-		return
+		return "", err
 	}
-	a.metrics.Issued()
 	c.Header("Cache-Control", "no-store")
 	c.JSON(http.StatusCreated, issueResponse{
 		Token:     is.Token,
@@ -255,6 +285,7 @@ func (a *API) issue(c *gin.Context) {
 		ExpiresAt: is.ExpiresAt.UTC().Format(time.RFC3339),
 		ExpiresIn: int64(is.TTL / time.Second),
 	})
+	return "issued", nil
 }
 
 type redeemBody struct {
@@ -290,119 +321,54 @@ type recordedResponse struct {
 	Body    string            `json:"body"`
 }
 
-func (a *API) redeem(c *gin.Context) {
-	if len(a.apiKeys) > 0 && !a.authorized(c.Request) {
-		a.metrics.Redemption("unauthorized")
-		fail(c, ErrUnauthorized)
-		return
+func (a *API) redeem(c *gin.Context) (string, error) {
+	if !a.allowed(c.Request) {
+		return "", problem.ErrUnauthorized
 	}
 	var body redeemBody
 	if err := readJSON(c.Request, &body, MaxBodyBytes); err != nil {
-		a.metrics.Redemption(specFor(err).code)
-		fail(c, err)
-		return
+		return "", err
 	}
-	tok := c.GetHeader(TokenHeader)
+	tok := c.GetHeader(token.Header)
 	if tok == "" {
 		tok = body.Token
 	}
 	if body.Purpose == "" {
 		body.Purpose = c.Query("purpose")
 	}
-	var err error
 	switch {
 	case tok == "":
-		err = fmt.Errorf("%w: no token: send the %s header or a JSON body with \"token\"", ErrBadRequest, TokenHeader)
+		return "", fmt.Errorf("%w: no token: send the %s header or a JSON body with \"token\"", problem.ErrBadRequest, token.Header)
 	case body.Record && a.keeper == nil:
-		err = fmt.Errorf("%w: this server does not record responses, so \"record\" cannot be true", ErrBadRequest)
+		return "", fmt.Errorf("%w: this server does not record responses, so \"record\" cannot be true", problem.ErrBadRequest)
 	}
-	if err != nil {
-		a.metrics.Redemption(specFor(err).code)
-		fail(c, err)
-		return
-	}
+	c.Header("Cache-Control", "no-store")
 	if a.keeper == nil {
 		claims, err := a.tokens.Redeem(c.Request.Context(), tok, body.Purpose, body.Subject)
 		if err != nil {
-			a.metrics.Redemption(specFor(err).code)
-			fail(c, err)
-			return
+			return "", err
 		}
-		a.redeemed(c, claims, "", time.Time{})
-		return
+		c.JSON(http.StatusOK, redeemResponse{Status: "redeemed", ID: claims.ID, Purpose: claims.Purpose, Subject: claims.Subject})
+		return "redeemed", nil
 	}
-	claims, expired, err := checkForRecord(a.tokens, tok, body.Purpose, body.Subject)
+	mode := idempotency.NoRecord
+	if body.Record {
+		mode = idempotency.Detached
+	}
+	red, err := a.keeper.RedeemToken(c.Request.Context(), a.tokens, tok, body.Purpose, body.Subject, mode)
 	if err != nil {
-		a.metrics.Redemption(specFor(err).code)
-		fail(c, err)
-		return
+		return "", err
 	}
-	owner, lease, leaseEnd := "", "", time.Time{}
-	if body.Record && !expired {
-		if lease, err = newLease(); err != nil {
-			a.metrics.Redemption(specFor(err).code)
-			fail(c, err)
-			return
-		}
-		// Taken before the store computes its own from a later now, so
-		// the time told is never past the record's real lease.
-		owner, leaseEnd = apiOwner(claims.ID, lease), a.keeper.Now().Add(a.keeper.LockTTL())
-	}
-	stored, res, err := a.keeper.OpenToken(c.Request.Context(), claims.ID, store.Token{Purpose: claims.Purpose, Subject: claims.Subject}, owner)
-	if err == nil && res == store.Recorded {
-		a.metrics.Redemption("replayed")
-		c.Header("Cache-Control", "no-store")
-		c.JSON(http.StatusOK, redeemResponse{
-			Status: "replayed", ID: claims.ID, Purpose: claims.Purpose, Subject: claims.Subject,
-			Response: responseOf(stored),
-		})
-		return
-	}
-	if err = redemptionError(a.tokens, claims, expired, res, err); err != nil {
-		a.metrics.Redemption(specFor(err).code)
-		fail(c, err)
-		return
-	}
-	a.redeemed(c, claims, lease, leaseEnd)
-}
-
-// redeemed answers a redemption that succeeded; lease and leaseEnd name
-// the record it opened, empty and zero for none.
-func (a *API) redeemed(c *gin.Context, claims token.Claims, lease string, leaseEnd time.Time) {
-	a.metrics.Redemption("redeemed")
-	c.Header("Cache-Control", "no-store")
-	resp := redeemResponse{Status: "redeemed", ID: claims.ID, Purpose: claims.Purpose, Subject: claims.Subject, Lease: lease}
-	if !leaseEnd.IsZero() {
-		resp.LeaseExpiresAt = leaseEnd.UTC().Truncate(time.Second).Format(time.RFC3339)
+	resp := redeemResponse{Status: "redeemed", ID: red.Claims.ID, Purpose: red.Claims.Purpose, Subject: red.Claims.Subject}
+	switch {
+	case red.Replayed:
+		resp.Status, resp.Response = "replayed", responseOf(red.Outcome)
+	case red.Run != nil:
+		resp.Lease = red.Run.Lease()
+		resp.LeaseExpiresAt = red.Run.Expires().UTC().Truncate(time.Second).Format(time.RFC3339)
 	}
 	c.JSON(http.StatusOK, resp)
-}
-
-// apiOwner is the owner of a record the API opens for token id: the lease
-// its redemption answer gave the backend.
-func apiOwner(id, lease string) string { return "api:" + id + ":" + lease }
-
-// newLease returns a fresh lease: 128 random bits in hex.
-func newLease() (string, error) {
-	var b [16]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		return "", fmt.Errorf("%w: no randomness for a lease: %w", idempotency.ErrUnavailable, err)
-	}
-	return hex.EncodeToString(b[:]), nil
-}
-
-// finishOwner is the owner /complete and /release end the record of: the
-// one lease names, or any owner ("") when the backend sent none, as the
-// issue's contract allows. Without a lease, a backend that outlived its
-// lease may end the record a duplicate reopened meanwhile.
-func finishOwner(id, lease string) (string, error) {
-	if lease == "" {
-		return "", nil
-	}
-	if len(lease) != 32 || strings.Trim(lease, "0123456789abcdef") != "" {
-		return "", fmt.Errorf("%w: \"lease\" must be the 32 hex digits the redemption answered", ErrBadRequest)
-	}
-	return apiOwner(id, lease), nil
+	return resp.Status, nil
 }
 
 // responseOf is the API's form of a stored outcome: header values joined
@@ -415,84 +381,65 @@ func responseOf(out idempotency.Outcome) *recordedResponse {
 	return r
 }
 
-type completeBody struct {
+// finishBody is the body of POST /v1/tokens/complete and /release.
+type finishBody struct {
 	Token    string            `json:"token"`
-	Response *recordedResponse `json:"response"`
 	Lease    string            `json:"lease"`
+	Response *recordedResponse `json:"response"` // complete only
 }
 
-type releaseBody struct {
-	Token string `json:"token"`
-	Lease string `json:"lease"`
-}
-
-// complete serves POST /v1/tokens/complete: it stores a backend's
-// response in the token's processing record.
-func (a *API) complete(c *gin.Context) {
-	var body completeBody
-	a.finish(c, "complete", "completed", &body, &body.Token, func(claims token.Claims) error {
-		out, err := outcomeOf(body.Response)
-		if err != nil {
-			return err
-		}
-		owner, err := finishOwner(claims.ID, body.Lease)
-		if err != nil {
-			return err
-		}
-		return a.keeper.CompleteToken(c.Request.Context(), claims.ID, owner, out)
-	})
-}
-
-// release serves POST /v1/tokens/release: it deletes the token's
-// processing record, so that the token can be redeemed again.
-func (a *API) release(c *gin.Context) {
-	var body releaseBody
-	a.finish(c, "release", "released", &body, &body.Token, func(claims token.Claims) error {
-		owner, err := finishOwner(claims.ID, body.Lease)
-		if err != nil {
-			return err
-		}
-		return a.keeper.ReleaseToken(c.Request.Context(), claims.ID, owner)
-	})
-}
-
-// finish is the part complete and release share: the API key, the body
-// (decoded into body, whose token field is tok), the token (from the
-// Idempotency-Token header, else the body; its exp may have passed, since
-// the request it started may have outlived it), then do, and 204.
-func (a *API) finish(c *gin.Context, op, done string, body any, tok *string, do func(token.Claims) error) {
-	err := func() error {
+// finish is the part complete and release share: the records, the API
+// key, the body, the token (from the Idempotency-Token header, else the
+// body; its exp may have passed, since the request it started may have
+// outlived it) and its run, then end, and 204. A body over the cap still
+// completes the record, without it: it reads up to twice the cap in
+// base64 beside the rest of the request.
+func (a *API) finish(end func(c *gin.Context, run *idempotency.Run, body finishBody) (string, error)) endpoint {
+	return func(c *gin.Context) (string, error) {
 		if a.keeper == nil {
-			return fmt.Errorf("%w: this server does not record responses", ErrNotFound)
+			return "", fmt.Errorf("%w: this server does not record responses", problem.ErrNotFound)
 		}
-		if len(a.apiKeys) > 0 && !a.authorized(c.Request) {
-			return ErrUnauthorized
+		if !a.allowed(c.Request) {
+			return "", problem.ErrUnauthorized
 		}
-		// A body over the cap still completes the record, without it: read
-		// up to twice the cap in base64 beside the rest of the request.
+		var body finishBody
 		limit := int64(MaxBodyBytes) + 2*int64(base64.StdEncoding.EncodedLen(a.keeper.MaxBody()))
-		if err := readJSON(c.Request, body, limit); err != nil {
-			return err
+		if err := readJSON(c.Request, &body, limit); err != nil {
+			return "", err
 		}
-		if h := c.GetHeader(TokenHeader); h != "" {
-			*tok = h
+		if h := c.GetHeader(token.Header); h != "" {
+			body.Token = h
 		}
-		if *tok == "" {
-			return fmt.Errorf("%w: no token: send the %s header or a JSON body with \"token\"", ErrBadRequest, TokenHeader)
+		if body.Token == "" {
+			return "", fmt.Errorf("%w: no token: send the %s header or a JSON body with \"token\"", problem.ErrBadRequest, token.Header)
 		}
-		claims, err := a.tokens.ParseExpired(*tok)
+		run, err := a.keeper.ResumeToken(a.tokens, body.Token, body.Lease)
 		if err != nil {
-			return err
+			return "", err
 		}
-		return do(claims)
-	}()
-	if err != nil {
-		a.metrics.TokenRecord(op, specFor(err).code)
-		fail(c, err)
-		return
+		outcome, err := end(c, run, body)
+		if err != nil {
+			return "", err
+		}
+		c.Status(http.StatusNoContent)
+		return outcome, nil
 	}
-	a.metrics.TokenRecord(op, done)
-	c.Status(http.StatusNoContent)
+}
+
+// complete ends POST /v1/tokens/complete: it stores a backend's response
+// in the token's processing record.
+func (a *API) complete(c *gin.Context, run *idempotency.Run, body finishBody) (string, error) {
+	out, err := outcomeOf(body.Response)
+	if err != nil {
+		return "", err
+	}
+	return "completed", run.Complete(c.Request.Context(), out)
+}
+
+// release ends POST /v1/tokens/release: it deletes the token's processing
+// record, so that the token can be redeemed again.
+func (a *API) release(c *gin.Context, run *idempotency.Run, _ finishBody) (string, error) {
+	return "released", run.Release(c.Request.Context())
 }
 
 // outcomeOf checks a response a backend sent to /complete and returns it
@@ -500,22 +447,22 @@ func (a *API) finish(c *gin.Context, op, done string, body any, tok *string, do 
 // (Set-Cookie, Date, hop-by-hop ones) are left out.
 func outcomeOf(r *recordedResponse) (idempotency.Outcome, error) {
 	if r == nil {
-		return idempotency.Outcome{}, fmt.Errorf("%w: no response: send \"response\": {\"status\", \"headers\", \"body\"}", ErrBadRequest)
+		return idempotency.Outcome{}, fmt.Errorf("%w: no response: send \"response\": {\"status\", \"headers\", \"body\"}", problem.ErrBadRequest)
 	}
 	if r.Status < 200 || r.Status > 599 {
-		return idempotency.Outcome{}, fmt.Errorf("%w: response status %d is not between 200 and 599", ErrBadRequest, r.Status)
+		return idempotency.Outcome{}, fmt.Errorf("%w: response status %d is not between 200 and 599", problem.ErrBadRequest, r.Status)
 	}
 	out := idempotency.Outcome{Status: r.Status}
 	for name, v := range r.Headers {
-		if !isToken(name) {
-			return idempotency.Outcome{}, fmt.Errorf("%w: response header name %q is not an HTTP token", ErrBadRequest, name)
+		if !request.IsToken(name) {
+			return idempotency.Outcome{}, fmt.Errorf("%w: response header name %q is not an HTTP token", problem.ErrBadRequest, name)
 		}
-		if !validFieldValue(v) {
-			return idempotency.Outcome{}, fmt.Errorf("%w: the value of response header %q holds a control character", ErrBadRequest, name)
+		if !request.ValidFieldValue(v) {
+			return idempotency.Outcome{}, fmt.Errorf("%w: the value of response header %q holds a control character", problem.ErrBadRequest, name)
 		}
 		name = http.CanonicalHeaderKey(name)
 		if _, dup := out.Header[name]; dup {
-			return idempotency.Outcome{}, fmt.Errorf("%w: response header %q is given twice", ErrBadRequest, name)
+			return idempotency.Outcome{}, fmt.Errorf("%w: response header %q is given twice", problem.ErrBadRequest, name)
 		}
 		if out.Header == nil {
 			out.Header = make(map[string][]string, len(r.Headers))
@@ -523,28 +470,21 @@ func outcomeOf(r *recordedResponse) (idempotency.Outcome, error) {
 		out.Header[name] = []string{v}
 	}
 	for name := range out.Header {
-		if unreplayed[name] {
+		if !idempotency.Replayable(name) {
 			delete(out.Header, name)
 		}
 	}
 	body, err := base64.StdEncoding.DecodeString(r.Body)
 	if err != nil {
-		return idempotency.Outcome{}, fmt.Errorf("%w: the response body is not standard base64: %v", ErrBadRequest, err)
+		return idempotency.Outcome{}, fmt.Errorf("%w: the response body is not standard base64: %v", problem.ErrBadRequest, err)
 	}
 	out.Body = body
 	return out, nil
 }
 
-// validFieldValue reports whether v may be an HTTP field value: no
-// control characters but horizontal tab.
-func validFieldValue(v string) bool {
-	for i := 0; i < len(v); i++ {
-		if b := v[i]; b < ' ' && b != '\t' || b == 0x7f {
-			return false
-		}
-	}
-	return true
-}
+// allowed reports whether r may use an endpoint that requires an API key
+// when WithAPIKeys is set.
+func (a *API) allowed(r *http.Request) bool { return len(a.apiKeys) == 0 || a.authorized(r) }
 
 // authorized reports whether r carries one of the API keys, comparing
 // fixed-size digests in constant time.
@@ -566,33 +506,19 @@ func (a *API) authorized(r *http.Request) bool {
 }
 
 // readJSON decodes an optional JSON object body of at most limit bytes
-// (MaxBodyBytes but for /v1/tokens/complete) into v. An empty body leaves
-// v as it is.
+// into v. An empty body leaves v as it is.
 func readJSON(r *http.Request, v any, limit int64) error {
-	if r.ContentLength > limit {
-		return fmt.Errorf("%w: the body is over %d bytes", ErrTooLarge, limit)
-	}
-	if r.Body == nil || r.Body == http.NoBody {
-		return nil
-	}
-	data, err := io.ReadAll(http.MaxBytesReader(nil, r.Body, limit))
-	if err != nil {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			return fmt.Errorf("%w: the body is over %d bytes", ErrTooLarge, limit)
-		}
-		return fmt.Errorf("%w: reading the body: %v", ErrBadRequest, err)
-	}
-	if len(bytes.TrimSpace(data)) == 0 {
-		return nil
+	data, err := request.ReadBody(r, limit)
+	if err != nil || len(bytes.TrimSpace(data)) == 0 {
+		return err
 	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
-		return fmt.Errorf("%w: the body is not a valid JSON object: %v", ErrBadRequest, err)
+		return fmt.Errorf("%w: the body is not a valid JSON object: %v", problem.ErrBadRequest, err)
 	}
 	if dec.More() {
-		return fmt.Errorf("%w: the body holds more than one JSON value", ErrBadRequest)
+		return fmt.Errorf("%w: the body holds more than one JSON value", problem.ErrBadRequest)
 	}
 	return nil
 }
@@ -611,8 +537,5 @@ func rateKey(ip string) string {
 func (a *API) Ready(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, a.timeout)
 	defer cancel()
-	if err := a.tokens.Ping(ctx); err != nil {
-		return fmt.Errorf("%w: %w", token.ErrUnavailable, err)
-	}
-	return nil
+	return a.tokens.Ping(ctx)
 }

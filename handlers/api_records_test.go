@@ -12,20 +12,57 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
+	"github.com/gin-gonic/gin"
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/replayguard/replayguard/handlers"
 	"github.com/replayguard/replayguard/idempotency"
 	"github.com/replayguard/replayguard/metrics"
+	"github.com/replayguard/replayguard/problem"
 	"github.com/replayguard/replayguard/store"
 	"github.com/replayguard/replayguard/store/memory"
 	redisstore "github.com/replayguard/replayguard/store/redis"
+	"github.com/replayguard/replayguard/store/storetest"
 	"github.com/replayguard/replayguard/token"
 )
+
+func init() { gin.SetMode(gin.TestMode) }
+
+// quietLogs is the API's logger in tests: request lines are discarded.
+var quietLogs = handlers.WithLogger(slog.New(slog.DiscardHandler))
+
+// newFakeClock returns a clock that moves only when told to.
+func newFakeClock() *storetest.Clock {
+	return storetest.NewClock(time.Date(2026, 5, 6, 7, 8, 9, 0, time.UTC))
+}
+
+// newRecordStore returns a memory store on the real clock, closed with
+// the test.
+func newRecordStore(t testing.TB) *memory.Store {
+	t.Helper()
+	st := memory.New()
+	t.Cleanup(func() { _ = st.Close() })
+	return st
+}
+
+var machineIDs atomic.Uint32
+
+// newTokenService returns a token service over st with its own machine ID,
+// so that services sharing a store never issue the same ID.
+func newTokenService(t testing.TB, st store.Store, opts ...token.Option) *token.Service {
+	t.Helper()
+	svc, err := token.New(st, []token.Key{{ID: "k1", Secret: []byte(strings.Repeat("s", 32))}},
+		append([]token.Option{token.WithMachineID(uint16(100 + machineIDs.Add(1)))}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return svc
+}
 
 const backendKey = "backend-secret"
 
@@ -46,7 +83,7 @@ var apiStores = []struct {
 		mr := miniredis.RunT(t)
 		mr.SetTime(clk.Now())
 		client := goredis.NewClient(&goredis.Options{Addr: mr.Addr(), ContextTimeoutEnabled: true})
-		st := redisstore.New(client, redisstore.WithClock(clk.Now), redisstore.WithTimeout(10*time.Second))
+		st := redisstore.New(client, redisstore.WithTimeout(10*time.Second)) // entries expire on miniredis's clock, moved by advance
 		t.Cleanup(func() { _ = st.Close() })
 		return st, clk.Now, func(d time.Duration) {
 			clk.Advance(d)
@@ -69,15 +106,11 @@ type apiEnv struct {
 func newAPIEnv(t *testing.T, open func(t *testing.T) (store.Store, func() time.Time, func(time.Duration)), keeper []idempotency.Option, opts ...handlers.Option) apiEnv {
 	t.Helper()
 	st, now, advance := open(t)
-	svc, err := token.New(st, []token.Key{{ID: "k1", Secret: []byte(strings.Repeat("s", 32))}},
-		token.WithMachineID(uint16(100+machineIDs.Add(1))), token.WithClock(now))
-	if err != nil {
-		t.Fatal(err)
-	}
+	svc := newTokenService(t, st, token.WithClock(now))
 	m := metrics.New()
 	k := idempotency.New(st, append([]idempotency.Option{idempotency.WithClock(now)}, keeper...)...)
-	a := handlers.New(svc, append([]handlers.Option{handlers.WithAPIKeys(backendKey), handlers.WithMetrics(m), handlers.WithRecords(k)}, opts...)...)
-	e, err := a.Engine(handlers.EngineConfig{Logger: slog.New(slog.DiscardHandler)})
+	a := handlers.New(svc, append([]handlers.Option{handlers.WithAPIKeys(backendKey), handlers.WithMetrics(m), handlers.WithRecords(k), quietLogs}, opts...)...)
+	e, err := a.Engine()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -135,7 +168,7 @@ func (e apiEnv) do(req *http.Request) apiAnswer {
 	a := apiAnswer{status: resp.StatusCode, header: resp.Header, raw: raw}
 	switch resp.Header.Get("Content-Type") {
 	case "application/problem+json":
-		var p handlers.Problem
+		var p problem.Problem
 		if err := json.Unmarshal(raw, &p); err != nil {
 			e.t.Fatalf("problem %s: %v", raw, err)
 		}
@@ -368,7 +401,7 @@ func TestAPITokenRecordsReplayIsExact(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	req.Header.Set(handlers.TokenHeader, is.Token)
+	req.Header.Set(token.Header, is.Token)
 	req.Header.Set("Authorization", "Bearer "+backendKey)
 	if again := e.do(req); !bytes.Equal(again.raw, got.raw) {
 		t.Fatalf("the header token's replay differs: %s", again.raw)
@@ -414,9 +447,9 @@ func TestAPITokenRecordsFiftyConcurrentRedeemsOpenOneRecord(t *testing.T) {
 }
 
 func TestAPIWithoutRecords(t *testing.T) {
-	st := newRecordStore(t, nil)
+	st := newRecordStore(t)
 	svc := newTokenService(t, st)
-	e, err := handlers.New(svc).Engine(handlers.EngineConfig{Logger: slog.New(slog.DiscardHandler)})
+	e, err := handlers.New(svc, quietLogs).Engine()
 	if err != nil {
 		t.Fatal(err)
 	}

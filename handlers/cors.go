@@ -5,6 +5,8 @@ import (
 	"strings"
 
 	"github.com/gin-gonic/gin"
+
+	"github.com/replayguard/replayguard/problem"
 )
 
 // CORS for POST /v1/tokens: browser pages on allowlisted origins may
@@ -45,7 +47,7 @@ func (a *API) preflight(c *gin.Context) {
 		return
 	}
 	if !a.origins[origin] || method != http.MethodPost || !allowedHeaders(c.GetHeader("Access-Control-Request-Headers")) {
-		fail(c, ErrCORSRejected)
+		fail(c, problem.ErrCORSRejected)
 		return
 	}
 	h.Set("Access-Control-Allow-Origin", origin)

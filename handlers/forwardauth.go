@@ -5,15 +5,14 @@ import (
 	"net/http"
 
 	"github.com/gin-gonic/gin"
+
+	"github.com/replayguard/replayguard/problem"
+	"github.com/replayguard/replayguard/token"
 )
 
 // ForwardAuthPath is the token redemption endpoint for reverse proxies:
 // nginx auth_request and Traefik ForwardAuth. Register serves it.
 const ForwardAuthPath = "/v1/tokens/forward-auth"
-
-// TokenIDHeader carries a redeemed token's ID: on forward-auth answers, for
-// the proxy to pass upstream, and from a proxy to the protected app.
-const TokenIDHeader = "Replayguard-Token-Id"
 
 // ProblemCodeHeader carries the problem code on forward-auth refusals, for
 // proxies that drop the problem body: nginx's auth_request keeps only the
@@ -30,45 +29,36 @@ var forwardAuthMethods = []string{
 	http.MethodPut, http.MethodPatch, http.MethodDelete,
 }
 
-func (a *API) registerForwardAuth(r gin.IRoutes) {
-	for _, m := range forwardAuthMethods {
-		r.Handle(m, ForwardAuthPath, a.forwardAuth)
-	}
-}
-
 // forwardAuth redeems the token in the Idempotency-Token header for the
 // purpose (and subject) in the query, which the proxy configuration sets;
 // the request body, if any, is never read. It answers 200 with
-// TokenIDHeader and no body, or a problem, with its code in
-// ProblemCodeHeader too, whose status forwardAuthStatus has made one that
-// auth_request understands.
+// token.IDHeader and no body, or a problem, with its code in
+// ProblemCodeHeader too, whose status is one that auth_request
+// understands (problem.Problem.ForwardAuth).
 func (a *API) forwardAuth(c *gin.Context) {
 	c.Header("Cache-Control", "no-store")
-	if len(a.apiKeys) > 0 && !a.authorized(c.Request) {
-		a.forwardAuthFail(c, ErrUnauthorized)
-		return
-	}
-	tok := c.GetHeader(TokenHeader)
-	if tok == "" {
-		a.forwardAuthFail(c, fmt.Errorf("%w: no token: send the %s header", ErrBadRequest, TokenHeader))
-		return
-	}
-	claims, err := a.tokens.Redeem(c.Request.Context(), tok, c.Query("purpose"), c.Query("subject"))
+	claims, err := a.forwardAuthRedeem(c)
 	if err != nil {
-		a.forwardAuthFail(c, err)
+		p := problem.For(err).ForwardAuth()
+		a.metrics.Redemption(p.Code)
+		c.Header(ProblemCodeHeader, p.Code)
+		c.Abort()
+		_ = c.Error(err) // the request log names the cause of a 5xx
+		p.Write(c.Writer)
 		return
 	}
 	a.metrics.Redemption("redeemed")
-	c.Header(TokenIDHeader, claims.ID)
+	c.Header(token.IDHeader, claims.ID)
 	c.Status(http.StatusOK)
 }
 
-func (a *API) forwardAuthFail(c *gin.Context, err error) {
-	p := ProblemFor(err)
-	a.metrics.Redemption(p.Code)
-	p.Status = forwardAuthStatus(p)
-	c.Header(ProblemCodeHeader, p.Code)
-	c.Abort()
-	_ = c.Error(err) // the request log names the cause of a 5xx
-	writeProblem(c.Writer, err, p)
+func (a *API) forwardAuthRedeem(c *gin.Context) (token.Claims, error) {
+	if !a.allowed(c.Request) {
+		return token.Claims{}, problem.ErrUnauthorized
+	}
+	tok := c.GetHeader(token.Header)
+	if tok == "" {
+		return token.Claims{}, fmt.Errorf("%w: no token: send the %s header", problem.ErrBadRequest, token.Header)
+	}
+	return a.tokens.Redeem(c.Request.Context(), tok, c.Query("purpose"), c.Query("subject"))
 }

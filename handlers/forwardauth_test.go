@@ -14,6 +14,7 @@ import (
 
 	"github.com/replayguard/replayguard/handlers"
 	"github.com/replayguard/replayguard/metrics"
+	"github.com/replayguard/replayguard/problem"
 	"github.com/replayguard/replayguard/store"
 	"github.com/replayguard/replayguard/store/memory"
 	"github.com/replayguard/replayguard/store/storetest"
@@ -22,13 +23,14 @@ import (
 
 const forwardAuthKey = "proxy-api-key"
 
-// brokenRedeems fails every token redemption, like a store that is down.
+// brokenRedeems fails every token redemption, like a store that is down:
+// its error wraps store.ErrUnavailable, as every store's does.
 type brokenRedeems struct{ store.Store }
 
 var errStoreDown = errors.New("dial tcp 10.9.8.7:6379: connect: connection refused")
 
-func (brokenRedeems) RedeemToken(context.Context, string, store.Token) (store.RedeemResult, error) {
-	return 0, errStoreDown
+func (brokenRedeems) Redeem(context.Context, string, store.Token, string, time.Duration) (store.RedeemResult, store.Record, error) {
+	return 0, store.Record{}, store.Unavailable("redeem", errStoreDown)
 }
 
 // forwardAuthServer is the standalone engine over a memory store on clk,
@@ -55,8 +57,8 @@ func newForwardAuthServer(t *testing.T, brokenStore bool, opts ...handlers.Optio
 		t.Fatal(err)
 	}
 	m := metrics.New()
-	e, err := handlers.New(svc, append(opts, handlers.WithMetrics(m))...).
-		Engine(handlers.EngineConfig{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	e, err := handlers.New(svc, append(opts, handlers.WithMetrics(m), handlers.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))...).
+		Engine()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -113,7 +115,7 @@ func (s *forwardAuthServer) call(c forwardAuthCall) *httptest.ResponseRecorder {
 	req.Header.Set("X-Forwarded-Method", http.MethodPost)
 	req.Header.Set("X-Forwarded-Uri", "/checkout")
 	if c.token != "" {
-		req.Header.Set(handlers.TokenHeader, c.token)
+		req.Header.Set(token.Header, c.token)
 	}
 	if c.auth != "" {
 		req.Header.Set("Authorization", c.auth)
@@ -125,7 +127,7 @@ func (s *forwardAuthServer) call(c forwardAuthCall) *httptest.ResponseRecorder {
 
 // wantRefusal checks a forward-auth refusal: status, the problem's code,
 // a body status equal to the HTTP status, and no token ID.
-func wantRefusal(t *testing.T, rec *httptest.ResponseRecorder, status int, code string) handlers.Problem {
+func wantRefusal(t *testing.T, rec *httptest.ResponseRecorder, status int, code string) problem.Problem {
 	t.Helper()
 	if rec.Code != status {
 		t.Fatalf("status = %d, want %d; body %s", rec.Code, status, rec.Body)
@@ -133,18 +135,18 @@ func wantRefusal(t *testing.T, rec *httptest.ResponseRecorder, status int, code 
 	if ct := rec.Header().Get("Content-Type"); ct != "application/problem+json" {
 		t.Fatalf("Content-Type = %q, want application/problem+json", ct)
 	}
-	var p handlers.Problem
+	var p problem.Problem
 	if err := json.Unmarshal(rec.Body.Bytes(), &p); err != nil {
 		t.Fatalf("problem body: %v: %s", err, rec.Body)
 	}
-	if p.Code != code || p.Status != status || p.Type != handlers.ProblemTypePrefix+code {
+	if p.Code != code || p.Status != status || p.Type != problem.TypePrefix+code {
 		t.Fatalf("problem = %+v, want code %s and status %d", p, code, status)
 	}
 	if got := rec.Header().Get(handlers.ProblemCodeHeader); got != code {
 		t.Fatalf("%s = %q, want %q", handlers.ProblemCodeHeader, got, code)
 	}
-	if id := rec.Header().Get(handlers.TokenIDHeader); id != "" {
-		t.Fatalf("%s = %q on a refusal", handlers.TokenIDHeader, id)
+	if id := rec.Header().Get(token.IDHeader); id != "" {
+		t.Fatalf("%s = %q on a refusal", token.IDHeader, id)
 	}
 	if cc := rec.Header().Get("Cache-Control"); cc != "no-store" {
 		t.Fatalf("Cache-Control = %q, want no-store", cc)
@@ -157,8 +159,8 @@ func wantRedeemed(t *testing.T, rec *httptest.ResponseRecorder, id string) {
 	if rec.Code != http.StatusOK {
 		t.Fatalf("status = %d, want 200; body %s", rec.Code, rec.Body)
 	}
-	if got := rec.Header().Get(handlers.TokenIDHeader); got != id {
-		t.Fatalf("%s = %q, want %q", handlers.TokenIDHeader, got, id)
+	if got := rec.Header().Get(token.IDHeader); got != id {
+		t.Fatalf("%s = %q, want %q", token.IDHeader, got, id)
 	}
 	if cc := rec.Header().Get("Cache-Control"); cc != "no-store" {
 		t.Fatalf("Cache-Control = %q, want no-store", cc)
@@ -292,7 +294,7 @@ func TestForwardAuthOutcomes(t *testing.T) {
 			name: "a token redeemed through POST /v1/tokens/redeem is used here too",
 			before: func(t *testing.T, u setup) {
 				req := httptest.NewRequest(http.MethodPost, "/v1/tokens/redeem?purpose=checkout", nil)
-				req.Header.Set(handlers.TokenHeader, u.checkout.Token)
+				req.Header.Set(token.Header, u.checkout.Token)
 				rec := httptest.NewRecorder()
 				u.s.h.ServeHTTP(rec, req)
 				if rec.Code != http.StatusOK {
@@ -420,8 +422,8 @@ func TestForwardAuthOutcomes(t *testing.T) {
 				wantRedeemed(t, rec, tt.id(u))
 			} else {
 				p := wantRefusal(t, rec, tt.status, tt.code)
-				if p.RequestID == "" || p.RequestID != rec.Header().Get(handlers.RequestIDHeader) {
-					t.Fatalf("request_id = %q, X-Request-ID = %q", p.RequestID, rec.Header().Get(handlers.RequestIDHeader))
+				if p.RequestID == "" || p.RequestID != rec.Header().Get(problem.RequestIDHeader) {
+					t.Fatalf("request_id = %q, X-Request-ID = %q", p.RequestID, rec.Header().Get(problem.RequestIDHeader))
 				}
 			}
 			switch tt.status {
@@ -458,4 +460,18 @@ func TestForwardAuthOtherMethodsAre405(t *testing.T) {
 	if rec.Code != http.StatusMethodNotAllowed || problemCode(t, rec) != "method_not_allowed" {
 		t.Fatalf("OPTIONS: %d %s, want 405 method_not_allowed", rec.Code, rec.Body)
 	}
+}
+
+// problemCode requires rec to be a problem+json answer and returns its
+// code.
+func problemCode(t *testing.T, rec *httptest.ResponseRecorder) string {
+	t.Helper()
+	if ct := rec.Header().Get("Content-Type"); ct != "application/problem+json" {
+		t.Fatalf("Content-Type = %q, body %s", ct, rec.Body)
+	}
+	var p problem.Problem
+	if err := json.Unmarshal(rec.Body.Bytes(), &p); err != nil {
+		t.Fatal(err)
+	}
+	return p.Code
 }

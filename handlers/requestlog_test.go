@@ -42,7 +42,7 @@ func TestRequestLogNamesTheCauseOf5xx(t *testing.T) {
 		t.Fatal(err)
 	}
 	var logs lockedBuffer
-	e, err := handlers.New(svc).Engine(handlers.EngineConfig{Logger: slog.New(slog.NewJSONHandler(&logs, nil))})
+	e, err := handlers.New(svc, handlers.WithLogger(slog.New(slog.NewJSONHandler(&logs, nil)))).Engine()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,7 +60,7 @@ func TestRequestLogNamesTheCauseOf5xx(t *testing.T) {
 			logs.b.Reset()
 			logs.mu.Unlock()
 			req := httptest.NewRequest(http.MethodPost, tc.target, nil)
-			req.Header.Set(handlers.TokenHeader, is.Token)
+			req.Header.Set(token.Header, is.Token)
 			w := httptest.NewRecorder()
 			e.ServeHTTP(w, req)
 			if w.Code != tc.status {

@@ -1,7 +1,6 @@
 package handlers
 
 import (
-	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
@@ -13,49 +12,26 @@ import (
 
 	"github.com/gin-gonic/gin"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/replayguard/replayguard/problem"
 )
-
-// RequestIDHeader carries the request ID, echoed on every response.
-const RequestIDHeader = "X-Request-ID"
-
-type ctxKey int
-
-const requestIDKey ctxKey = iota
-
-// RequestID returns the ID of the request ctx belongs to, or "".
-func RequestID(ctx context.Context) string {
-	id, _ := ctx.Value(requestIDKey).(string)
-	return id
-}
-
-// EngineConfig configures the standalone server's Gin engine.
-type EngineConfig struct {
-	// TrustedProxies are the IPs or CIDRs whose X-Forwarded-For and
-	// X-Real-IP headers are believed for the client IP. Defaults to none:
-	// the client IP is the peer address.
-	TrustedProxies []string
-	// Logger receives one JSON line per request. Defaults to slog.Default().
-	Logger *slog.Logger
-}
 
 // Engine returns a Gin engine serving the token API plus GET /healthz,
 // GET /readyz and (with WithMetrics) GET /metrics, with request IDs,
-// request logging and panic recovery, and problem answers for unknown
-// routes and methods. Gin's own debug output must be off (gin.SetMode
-// with gin.ReleaseMode) for every log line to be JSON.
-func (a *API) Engine(cfg EngineConfig) (*gin.Engine, error) {
-	log := cfg.Logger
-	if log == nil {
-		log = slog.Default()
-	}
+// request logging (one JSON line per request to WithLogger's logger) and
+// panic recovery, and problem answers for unknown routes and methods. The
+// client IP believes X-Forwarded-For and X-Real-IP from
+// WithTrustedProxies only. Gin's own debug output must be off
+// (gin.SetMode with gin.ReleaseMode) for every log line to be JSON.
+func (a *API) Engine() (*gin.Engine, error) {
 	e := gin.New()
-	if err := e.SetTrustedProxies(cfg.TrustedProxies); err != nil {
+	if err := e.SetTrustedProxies(a.proxies); err != nil {
 		return nil, fmt.Errorf("trusted proxies: %w", err)
 	}
 	e.HandleMethodNotAllowed = true
-	e.Use(requestIDs(), logRequests(log), recoverPanics(log))
-	e.NoRoute(func(c *gin.Context) { fail(c, ErrNotFound) })
-	e.NoMethod(func(c *gin.Context) { fail(c, ErrMethodNotAllowed) })
+	e.Use(requestIDs(), logRequests(a.log), recoverPanics(a.log))
+	e.NoRoute(func(c *gin.Context) { fail(c, problem.ErrNotFound) })
+	e.NoMethod(func(c *gin.Context) { fail(c, problem.ErrMethodNotAllowed) })
 	a.Register(e)
 	e.GET("/healthz", func(c *gin.Context) {
 		c.Header("Cache-Control", "no-store")
@@ -83,12 +59,12 @@ func requestIDs() gin.HandlerFunc {
 	p := hex.EncodeToString(prefix[:]) + "-"
 	var n atomic.Uint64
 	return func(c *gin.Context) {
-		id := c.GetHeader(RequestIDHeader)
+		id := c.GetHeader(problem.RequestIDHeader)
 		if !validRequestID(id) {
 			id = p + strconv.FormatUint(n.Add(1), 10)
 		}
-		c.Header(RequestIDHeader, id)
-		c.Request = c.Request.WithContext(context.WithValue(c.Request.Context(), requestIDKey, id))
+		c.Header(problem.RequestIDHeader, id)
+		c.Request = c.Request.WithContext(problem.WithRequestID(c.Request.Context(), id))
 		c.Next()
 	}
 }
@@ -115,7 +91,7 @@ func logRequests(log *slog.Logger) gin.HandlerFunc {
 		status := c.Writer.Status()
 		level := slog.LevelInfo
 		attrs := [8]slog.Attr{
-			slog.String("request_id", RequestID(c.Request.Context())),
+			slog.String("request_id", problem.RequestID(c.Request.Context())),
 			slog.String("method", c.Request.Method),
 			slog.String("path", c.Request.URL.Path),
 			slog.Int("status", status),
@@ -147,10 +123,10 @@ func recoverPanics(log *slog.Logger) gin.HandlerFunc {
 					panic(v)
 				}
 				log.LogAttrs(c.Request.Context(), slog.LevelError, "panic",
-					slog.String("request_id", RequestID(c.Request.Context())),
+					slog.String("request_id", problem.RequestID(c.Request.Context())),
 					slog.String("panic", fmt.Sprint(v)))
 				if !c.Writer.Written() {
-					fail(c, ErrInternal)
+					fail(c, problem.ErrInternal)
 				}
 				c.Abort()
 			}

@@ -2,519 +2,189 @@ package handlers_test
 
 import (
 	"bytes"
-	"context"
-	"crypto/ed25519"
-	"crypto/hmac"
-	"crypto/rand"
-	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync/atomic"
 	"testing"
-	"time"
-
-	"github.com/dunglas/httpsfv"
-	"github.com/gin-gonic/gin"
 
 	"github.com/replayguard/replayguard/handlers"
+	"github.com/replayguard/replayguard/metrics"
 	"github.com/replayguard/replayguard/replay"
-	"github.com/replayguard/replayguard/store"
-	"github.com/replayguard/replayguard/store/memory"
 )
 
-// clientKey is a client's key pair as the test signs with it; key() is
-// the server's side of it.
-type clientKey struct {
-	id     string
-	alg    string
-	secret []byte
-	priv   ed25519.PrivateKey
-}
+const verifyKey = "verify-api-key"
 
-func (k clientKey) key() replay.Key {
-	rk := replay.Key{ID: k.id, Alg: k.alg, Secret: k.secret, Label: "label of " + k.id}
-	if k.priv != nil {
-		rk.PublicKey = k.priv.Public().(ed25519.PublicKey)
-	}
-	return rk
-}
-
-func hmacKey(t testing.TB, id string) clientKey {
+// signedOrder is the request a backend received, signed by the partner's
+// Signer, as POST /v1/signatures/verify takes it.
+func signedOrder(t *testing.T, signer *replay.Signer, body string) map[string]any {
 	t.Helper()
-	secret := make([]byte, 32)
-	if _, err := rand.Read(secret); err != nil {
-		t.Fatal(err)
-	}
-	return clientKey{id: id, alg: replay.AlgHMACSHA256, secret: secret}
-}
-
-func ed25519Key(t testing.TB, id string) clientKey {
-	t.Helper()
-	_, priv, err := ed25519.GenerateKey(rand.Reader)
+	req, err := http.NewRequest(http.MethodPost, "https://api.example.com/v1/orders?id=7", strings.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
 	}
-	return clientKey{id: id, alg: replay.AlgEd25519, priv: priv}
+	req.Header.Set("Content-Type", "application/json")
+	if err := signer.Sign(req); err != nil {
+		t.Fatal(err)
+	}
+	headers := map[string]string{}
+	for name := range req.Header {
+		headers[name] = req.Header.Get(name)
+	}
+	return map[string]any{"method": req.Method, "url": req.URL.String(), "headers": headers, "body": base64.StdEncoding.EncodeToString([]byte(body))}
 }
 
-func keysOf(t testing.TB, ks ...clientKey) *replay.Keys {
-	t.Helper()
-	var rks []replay.Key
-	for _, k := range ks {
-		rks = append(rks, k.key())
-	}
-	keys, err := replay.NewKeys(rks...)
+// TestVerifyEndpoint checks POST /v1/signatures/verify: a signed request
+// verifies once per nonce, every refusal is its problem, and malformed
+// bodies are 400 before anything is verified.
+func TestVerifyEndpoint(t *testing.T) {
+	secret := []byte(strings.Repeat("k", 32))
+	keys, err := replay.NewKeys(replay.Key{ID: "partner-1", Alg: replay.AlgHMACSHA256, Secret: secret, Label: "partner"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return keys
-}
-
-// signing says how signRequest signs; zero values mean: the required
-// components (plus content-digest with a body), created now, a random
-// nonce.
-type signing struct {
-	components []string
-	created    time.Time
-	nonce      string
-}
-
-// signRequest signs req (whose URL is the target URI the client calls)
-// with k as a client does: Content-Digest for a body, then
-// Signature-Input and Signature labelled sig1. The body is read and put
-// back.
-func signRequest(t testing.TB, req *http.Request, k clientKey, s signing) {
-	t.Helper()
-	var body []byte
-	if req.Body != nil && req.Body != http.NoBody {
-		var err error
-		if body, err = io.ReadAll(req.Body); err != nil {
-			t.Fatal(err)
+	signer, err := replay.NewSigner("partner-1", replay.AlgHMACSHA256, secret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stranger, err := replay.NewSigner("partner-2", replay.AlgHMACSHA256, secret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A step posts body (with the API key unless noAuth); "again" resends
+	// the body of the step before.
+	type step struct {
+		name       string
+		body       func(prev map[string]any) map[string]any
+		noAuth     bool
+		wantStatus int
+		wantCode   string // "" for 200 verified
+	}
+	fresh := func(s *replay.Signer, body string) func(map[string]any) map[string]any {
+		return func(map[string]any) map[string]any { return signedOrder(t, s, body) }
+	}
+	again := func(prev map[string]any) map[string]any { return prev }
+	edit := func(f func(m map[string]any)) func(map[string]any) map[string]any {
+		return func(map[string]any) map[string]any {
+			m := signedOrder(t, signer, `{"item":"book"}`)
+			f(m)
+			return m
 		}
-		req.Body = io.NopCloser(bytes.NewReader(body))
-	}
-	comps := s.components
-	if comps == nil {
-		comps = append([]string(nil), replay.DefaultRequired...)
-		if len(body) > 0 {
-			comps = append(comps, "content-digest")
-		}
-	}
-	if len(body) > 0 && req.Header.Get("Content-Digest") == "" {
-		req.Header.Set("Content-Digest", replay.ContentDigest(body))
-	}
-	if s.created.IsZero() {
-		s.created = time.Now()
-	}
-	if s.nonce == "" {
-		b := make([]byte, 16)
-		if _, err := rand.Read(b); err != nil {
-			t.Fatal(err)
-		}
-		s.nonce = base64.RawURLEncoding.EncodeToString(b)
-	}
-	il := httpsfv.InnerList{Params: httpsfv.NewParams()}
-	for _, c := range comps {
-		il.Items = append(il.Items, httpsfv.NewItem(c))
-	}
-	il.Params.Add("created", s.created.Unix())
-	il.Params.Add("nonce", s.nonce)
-	il.Params.Add("keyid", k.id)
-	il.Params.Add("alg", k.alg)
-	u := *req.URL
-	if u.Host == "" {
-		u.Host = req.Host
-	}
-	base, err := replay.SignatureBase(replay.Message{Method: req.Method, URL: &u, Header: req.Header, Body: body}, "sig1", il)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var sig []byte
-	switch k.alg {
-	case replay.AlgHMACSHA256:
-		mac := hmac.New(sha256.New, k.secret)
-		mac.Write([]byte(base))
-		sig = mac.Sum(nil)
-	case replay.AlgEd25519:
-		sig = ed25519.Sign(k.priv, []byte(base))
-	}
-	input := httpsfv.NewDictionary()
-	input.Add("sig1", il)
-	in, err := httpsfv.Marshal(input)
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Signature-Input", in)
-	req.Header.Set("Signature", "sig1=:"+base64.StdEncoding.EncodeToString(sig)+":")
-}
-
-// countingReader counts the bytes read from r.
-type countingReader struct {
-	r io.Reader
-	n int
-}
-
-func (c *countingReader) Read(p []byte) (int, error) {
-	n, err := c.r.Read(p)
-	c.n += n
-	return n, err
-}
-
-// failingNonces is a store whose nonce records fail, like a Redis that is
-// down.
-type failingNonces struct{ *memory.Store }
-
-func (failingNonces) PutNonce(context.Context, string, string, time.Time) (bool, error) {
-	return false, errors.New("dial tcp 10.9.8.7:6379: connect: connection refused")
-}
-
-var _ store.Store = failingNonces{}
-
-// signatureShape builds the same protected route, POST /orders, with
-// either middleware shape. The handler answers 201 with the key ID from
-// the context and the body it read, and counts its runs.
-type signatureShape struct {
-	name  string
-	build func(g *handlers.SignatureGuard, runs *atomic.Int64) http.Handler
-}
-
-var signatureShapes = []signatureShape{
-	{"gin", func(g *handlers.SignatureGuard, runs *atomic.Int64) http.Handler {
-		r := gin.New()
-		r.POST("/orders", g.RequireSignature(), func(c *gin.Context) {
-			res, ok := handlers.SignatureFrom(c.Request.Context())
-			fromGin, _ := c.Get("replayguard.signature")
-			if !ok || res.KeyID == "" || fromGin != res {
-				c.String(http.StatusInternalServerError, "no signature in context")
-				return
-			}
-			body, _ := io.ReadAll(c.Request.Body)
-			runs.Add(1)
-			c.String(http.StatusCreated, res.KeyID+" "+string(body))
-		})
-		return r
-	}},
-	{"net/http", func(g *handlers.SignatureGuard, runs *atomic.Int64) http.Handler {
-		return g.RequireSignatureHandler()(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			res, ok := handlers.SignatureFrom(r.Context())
-			if !ok || res.KeyID == "" {
-				http.Error(w, "no signature in context", http.StatusInternalServerError)
-				return
-			}
-			body, _ := io.ReadAll(r.Body)
-			runs.Add(1)
-			w.WriteHeader(http.StatusCreated)
-			_, _ = io.WriteString(w, res.KeyID+" "+string(body))
-		}))
-	}},
-}
-
-// orderRequest is POST http://api.example/orders with body, as the server
-// sees it.
-func orderRequest(body string) *http.Request {
-	var r io.Reader
-	if body != "" {
-		r = strings.NewReader(body)
-	}
-	req := httptest.NewRequest(http.MethodPost, "http://api.example/orders", r)
-	if body != "" {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	return req
-}
-
-func serve(h http.Handler, req *http.Request) *httptest.ResponseRecorder {
-	rec := httptest.NewRecorder()
-	h.ServeHTTP(rec, req)
-	return rec
-}
-
-// signatureProblem requires rec to be a problem with status and code and
-// returns it.
-func signatureProblem(t *testing.T, rec *httptest.ResponseRecorder, status int, code string) handlers.Problem {
-	t.Helper()
-	if rec.Code != status {
-		t.Fatalf("status %d, want %d %s: %s", rec.Code, status, code, rec.Body)
-	}
-	if got := problemCode(t, rec); got != code {
-		t.Fatalf("code %q, want %q: %s", got, code, rec.Body)
-	}
-	var p handlers.Problem
-	if err := json.Unmarshal(rec.Body.Bytes(), &p); err != nil {
-		t.Fatal(err)
-	}
-	return p
-}
-
-func TestSignatureGuard(t *testing.T) {
-	partner := hmacKey(t, "partner-1")
-	mobile := ed25519Key(t, "mobile")
-	now := time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)
-	clock := func() time.Time { return now }
-
-	type env struct {
-		h    http.Handler
-		runs *atomic.Int64
 	}
 	tests := []struct {
-		name  string
-		store func() store.Store
-		run   func(t *testing.T, e env)
+		name        string
+		verifier    bool
+		apiKeys     bool
+		steps       []step
+		wantMetrics map[string]float64
 	}{
-		{"a signed request runs the handler once with the key ID and the whole body; its replay is replayed_request", nil, func(t *testing.T, e env) {
-			req := orderRequest(`{"item":"book"}`)
-			signRequest(t, req, partner, signing{created: now})
-			replayed := req.Clone(context.Background())
-			replayed.Body = io.NopCloser(strings.NewReader(`{"item":"book"}`))
-			if rec := serve(e.h, req); rec.Code != http.StatusCreated || rec.Body.String() != `partner-1 {"item":"book"}` {
-				t.Fatalf("first = %d %s", rec.Code, rec.Body)
-			}
-			rec := serve(e.h, replayed)
-			signatureProblem(t, rec, http.StatusUnauthorized, "replayed_request")
-			if got := rec.Header().Get("WWW-Authenticate"); !strings.HasPrefix(got, "Signature") {
-				t.Errorf("WWW-Authenticate = %q, want Signature", got)
-			}
-			if e.runs.Load() != 1 {
-				t.Fatalf("handler ran %d times", e.runs.Load())
-			}
-		}},
-		{"an ed25519 signature without a body is accepted", nil, func(t *testing.T, e env) {
-			req := orderRequest("")
-			signRequest(t, req, mobile, signing{created: now})
-			if rec := serve(e.h, req); rec.Code != http.StatusCreated || rec.Body.String() != "mobile " {
-				t.Fatalf("= %d %s", rec.Code, rec.Body)
-			}
-		}},
-		{"an unsigned request is signature_missing and the handler never runs", nil, func(t *testing.T, e env) {
-			signatureProblem(t, serve(e.h, orderRequest(`{}`)), http.StatusUnauthorized, "signature_missing")
-			if e.runs.Load() != 0 {
-				t.Fatal("the handler ran")
-			}
-		}},
-		{"a signature from outside the window is signature_expired with the server's time", nil, func(t *testing.T, e env) {
-			req := orderRequest(`{}`)
-			signRequest(t, req, partner, signing{created: now.Add(-replay.DefaultWindow - time.Minute)})
-			p := signatureProblem(t, serve(e.h, req), http.StatusUnauthorized, "signature_expired")
-			if p.ServerTime != "2026-11-22T10:00:00Z" {
-				t.Errorf("server_time = %q, want 2026-11-22T10:00:00Z", p.ServerTime)
-			}
-			if !strings.HasPrefix(p.Detail, "created ") {
-				t.Errorf("detail = %q, want the reason", p.Detail)
-			}
-		}},
-		{"a body changed after signing is signature_invalid", nil, func(t *testing.T, e env) {
-			req := orderRequest(`{"item":"book"}`)
-			signRequest(t, req, partner, signing{created: now})
-			req.Body = io.NopCloser(strings.NewReader(`{"item":"car!"}`))
-			signatureProblem(t, serve(e.h, req), http.StatusUnauthorized, "signature_invalid")
-		}},
-		{"a nonce the store cannot record is 503 store_unavailable without internals", func() store.Store { return failingNonces{memory.New()} }, func(t *testing.T, e env) {
-			req := orderRequest(`{}`)
-			signRequest(t, req, partner, signing{created: now})
-			rec := serve(e.h, req)
-			signatureProblem(t, rec, http.StatusServiceUnavailable, "store_unavailable")
-			if strings.Contains(rec.Body.String(), "10.9.8.7") || e.runs.Load() != 0 {
-				t.Fatalf("= %s, runs %d", rec.Body, e.runs.Load())
-			}
-		}},
-		{"a body over the bound is 413 payload_too_large", nil, func(t *testing.T, e env) {
-			req := orderRequest(strings.Repeat("x", replay.MaxBodyBytes+1))
-			signRequest(t, req, partner, signing{created: now})
-			signatureProblem(t, serve(e.h, req), http.StatusRequestEntityTooLarge, "payload_too_large")
-		}},
-		{"a body of unknown length over the bound is 413 payload_too_large", nil, func(t *testing.T, e env) {
-			req := orderRequest("")
-			signRequest(t, req, partner, signing{created: now})
-			req.Body = io.NopCloser(strings.NewReader(strings.Repeat("x", replay.MaxBodyBytes+1)))
-			req.ContentLength = -1
-			signatureProblem(t, serve(e.h, req), http.StatusRequestEntityTooLarge, "payload_too_large")
-		}},
-		{"an unsigned request is refused before its body is read", nil, func(t *testing.T, e env) {
-			req := orderRequest("")
-			body := &countingReader{r: strings.NewReader(strings.Repeat("x", replay.MaxBodyBytes+1))}
-			req.Body, req.ContentLength = io.NopCloser(body), -1
-			signatureProblem(t, serve(e.h, req), http.StatusUnauthorized, "signature_missing")
-			if body.n != 0 {
-				t.Fatalf("%d bytes of the body were read", body.n)
-			}
-		}},
-		{"a body of exactly the bound is verified and handed on whole", nil, func(t *testing.T, e env) {
-			body := strings.Repeat("y", replay.MaxBodyBytes)
-			req := orderRequest(body)
-			signRequest(t, req, partner, signing{created: now})
-			if rec := serve(e.h, req); rec.Code != http.StatusCreated || rec.Body.Len() != len("partner-1 ")+len(body) {
-				t.Fatalf("= %d, %d bytes", rec.Code, rec.Body.Len())
-			}
-		}},
-	}
-	for _, sh := range signatureShapes {
-		t.Run(sh.name, func(t *testing.T) {
-			for _, tc := range tests {
-				t.Run(tc.name, func(t *testing.T) {
-					var st store.Store = memory.New()
-					if tc.store != nil {
-						st = tc.store()
-					}
-					t.Cleanup(func() { _ = st.Close() })
-					v := replay.NewVerifier(keysOf(t, partner, mobile), st, replay.WithClock(clock))
-					var runs atomic.Int64
-					tc.run(t, env{h: sh.build(handlers.NewSignatureGuard(v), &runs), runs: &runs})
-				})
-			}
-		})
-	}
-}
-
-func TestSignatureGuardTargetURI(t *testing.T) {
-	partner := hmacKey(t, "partner-1")
-	// The default components leave the scheme out; @target-uri covers it.
-	withScheme := []string{"@method", "@authority", "@path", "@target-uri"}
-	tests := []struct {
-		name string
-		opts []handlers.SignatureOption
-		// signed is the URI the client signs, with components; served
-		// how the request reaches the application.
-		signed     string
-		components []string
-		served     string
-		want       int
-	}{
-		{"plain HTTP request signed for http", nil, "http://api.example/orders?id=7", withScheme, "http://api.example/orders?id=7", http.StatusCreated},
-		{"TLS request signed for https", nil, "https://api.example/orders?id=7", withScheme, "https://api.example/orders?id=7", http.StatusCreated},
-		{"behind a TLS proxy without WithScheme an https signature fails", nil, "https://api.example/orders", withScheme, "http://api.example/orders", http.StatusUnauthorized},
-		{"behind a TLS proxy WithScheme(https) verifies", []handlers.SignatureOption{handlers.WithScheme("https")}, "https://api.example/orders", withScheme, "http://api.example/orders", http.StatusCreated},
-		{"a signature that does not cover the scheme verifies on either", nil, "https://api.example/orders", nil, "http://api.example/orders", http.StatusCreated},
-		{"a proxy rewriting Host needs WithAuthority", []handlers.SignatureOption{handlers.WithScheme("https"), handlers.WithAuthority("api.example")}, "https://api.example/orders", withScheme, "http://10.0.0.5:8080/orders", http.StatusCreated},
-		{"a rewritten Host without WithAuthority fails", []handlers.SignatureOption{handlers.WithScheme("https")}, "https://api.example/orders", nil, "http://10.0.0.5:8080/orders", http.StatusUnauthorized},
-		{"the default port is the same authority", nil, "https://api.example:443/orders", nil, "https://api.example/orders", http.StatusCreated},
-		{"a different query fails", nil, "http://api.example/orders?id=7", nil, "http://api.example/orders?id=8", http.StatusUnauthorized},
-		{"a different path fails", nil, "http://api.example/orders", nil, "http://api.example/orders/", http.StatusUnauthorized},
-		{"a percent-encoded path is checked as sent", nil, "http://api.example/orders/a%2Fb", nil, "http://api.example/orders/a%2Fb", http.StatusCreated},
-	}
-	for _, sh := range signatureShapes {
-		for _, tc := range tests {
-			t.Run(sh.name+"/"+tc.name, func(t *testing.T) {
-				st := memory.New()
-				t.Cleanup(func() { _ = st.Close() })
-				g := handlers.NewSignatureGuard(replay.NewVerifier(keysOf(t, partner), st), tc.opts...)
-				var h http.Handler
-				if sh.name == "gin" {
-					r := gin.New() // every path, so the path cases reach the middleware
-					r.Use(g.RequireSignature())
-					r.NoRoute(func(c *gin.Context) { c.Status(http.StatusCreated) })
-					h = r
-				} else {
-					h = g.RequireSignatureHandler()(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-						w.WriteHeader(http.StatusCreated)
-					}))
-				}
-				signed := httptest.NewRequest(http.MethodPost, tc.signed, nil)
-				signRequest(t, signed, partner, signing{components: tc.components})
-				req := httptest.NewRequest(http.MethodPost, tc.served, nil)
-				req.Header = signed.Header.Clone()
-				// A client (or proxy) claiming https is not believed.
-				req.Header.Set("X-Forwarded-Proto", "https")
-				rec := serve(h, req)
-				if rec.Code != tc.want {
-					t.Fatalf("= %d %s, want %d", rec.Code, rec.Body, tc.want)
-				}
-			})
-		}
-	}
-}
-
-// The path signed is the one on the request line, even when a router
-// strips a prefix from r.URL.Path before the middleware runs.
-func TestSignatureGuardUnderStripPrefix(t *testing.T) {
-	partner := hmacKey(t, "partner-1")
-	st := memory.New()
-	t.Cleanup(func() { _ = st.Close() })
-	var runs atomic.Int64
-	h := signatureShapes[1].build(handlers.NewSignatureGuard(replay.NewVerifier(keysOf(t, partner), st)), &runs)
-	mux := http.NewServeMux()
-	mux.Handle("/api/", http.StripPrefix("/api", h))
-	req := httptest.NewRequest(http.MethodPost, "http://api.example/api/orders", strings.NewReader("{}"))
-	signRequest(t, req, partner, signing{})
-	if rec := serve(mux, req); rec.Code != http.StatusCreated {
-		t.Fatalf("= %d %s", rec.Code, rec.Body)
-	}
-}
-
-func TestSignatureGuardErrorHandlerAndMetrics(t *testing.T) {
-	partner := hmacKey(t, "partner-1")
-	for _, sh := range signatureShapes {
-		t.Run(sh.name, func(t *testing.T) {
-			st := memory.New()
-			t.Cleanup(func() { _ = st.Close() })
-			var reason error
-			g := handlers.NewSignatureGuard(replay.NewVerifier(keysOf(t, partner), st),
-				handlers.WithSignatureErrorHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-					reason = handlers.FailureReason(r)
-					w.WriteHeader(handlers.ProblemFor(reason).Status)
-					_, _ = io.WriteString(w, "<p>Sign your requests.</p>")
-				})))
-			var runs atomic.Int64
-			rec := serve(sh.build(g, &runs), orderRequest(""))
-			if rec.Code != http.StatusUnauthorized || !errors.Is(reason, replay.ErrMissing) || !strings.Contains(rec.Body.String(), "Sign your") {
-				t.Fatalf("= %d %q, reason %v", rec.Code, rec.Body, reason)
-			}
-		})
-	}
-}
-
-func TestSignatureProblems(t *testing.T) {
-	tests := []struct {
-		err    error
-		status int
-		code   string
-	}{
-		{replay.ErrMissing, 401, "signature_missing"},
-		{replay.ErrInvalid, 401, "signature_invalid"},
-		{replay.ErrExpired, 401, "signature_expired"},
-		{replay.ErrReplayed, 401, "replayed_request"},
-		{replay.ErrUnavailable, 503, "store_unavailable"},
+		{"a signed request verifies once per nonce", true, false, []step{
+			{"signed", fresh(signer, `{"item":"book"}`), false, 200, ""},
+			{"sent again", again, false, 401, "replayed_request"},
+			{"signed anew", fresh(signer, `{"item":"book"}`), false, 200, ""},
+			{"an unknown key", fresh(stranger, `{"item":"book"}`), false, 401, "signature_invalid"},
+		}, map[string]float64{"verified": 2, "replayed_request": 1, "signature_invalid": 1}},
+		{"a request that is not the signed one is refused", true, false, []step{
+			{"another body", edit(func(m map[string]any) { m["body"] = base64.StdEncoding.EncodeToString([]byte(`{"item":"car"}`)) }), false, 401, "signature_invalid"},
+			{"another URL", edit(func(m map[string]any) { m["url"] = "https://api.example.com/v1/orders?id=8" }), false, 401, "signature_invalid"},
+			{"no signature", edit(func(m map[string]any) {
+				h := m["headers"].(map[string]string)
+				delete(h, "Signature")
+				delete(h, "Signature-Input")
+			}), false, 401, "signature_missing"},
+		}, map[string]float64{"signature_invalid": 2, "signature_missing": 1}},
+		{"a malformed body is 400", true, false, []step{
+			{"no method", edit(func(m map[string]any) { delete(m, "method") }), false, 400, "invalid_request"},
+			{"a method that is not a token", edit(func(m map[string]any) { m["method"] = "PO ST" }), false, 400, "invalid_request"},
+			{"a relative URL", edit(func(m map[string]any) { m["url"] = "/v1/orders" }), false, 400, "invalid_request"},
+			{"a URL with a fragment", edit(func(m map[string]any) { m["url"] = "https://api.example.com/v1/orders#x" }), false, 400, "invalid_request"},
+			{"a header given twice", edit(func(m map[string]any) { m["headers"].(map[string]string)["content-type"] = "text/plain" }), false, 400, "invalid_request"},
+			{"a header value with a line break", edit(func(m map[string]any) { m["headers"].(map[string]string)["X-A"] = "a\r\nb" }), false, 400, "invalid_request"},
+			{"a body that is not base64", edit(func(m map[string]any) { m["body"] = "not base64!" }), false, 400, "invalid_request"},
+			{"an unknown field", edit(func(m map[string]any) { m["trailers"] = map[string]string{} }), false, 400, "invalid_request"},
+		}, map[string]float64{"invalid_request": 8}},
+		{"with API keys the caller must present one", true, true, []step{
+			{"none", fresh(signer, `{"item":"book"}`), true, 401, "unauthorized"},
+			{"the right one", again, false, 200, ""},
+		}, map[string]float64{"unauthorized": 1, "verified": 1}},
+		{"without a verifier the route is 404 and counts nothing", false, false, []step{
+			{"signed", fresh(signer, `{"item":"book"}`), false, 404, "not_found"},
+		}, map[string]float64{}},
 	}
 	for _, tc := range tests {
-		t.Run(tc.code, func(t *testing.T) {
-			err := fmt.Errorf("%w: some detail", tc.err)
-			p := handlers.ProblemFor(err)
-			if p.Status != tc.status || p.Code != tc.code || p.Type != handlers.ProblemTypePrefix+tc.code || p.Title == "" || p.Detail == "" {
-				t.Fatalf("ProblemFor(%v) = %+v", err, p)
+		t.Run(tc.name, func(t *testing.T) {
+			st := newRecordStore(t)
+			m := metrics.New()
+			opts := []handlers.Option{handlers.WithMetrics(m), quietLogs}
+			if tc.verifier {
+				opts = append(opts, handlers.WithVerifier(replay.NewVerifier(keys, st)))
 			}
-			rec := httptest.NewRecorder()
-			handlers.WriteProblem(rec, httptest.NewRequest(http.MethodPost, "/", nil), err)
-			if wa := rec.Header().Get("WWW-Authenticate"); (tc.status == 401) != strings.HasPrefix(wa, "Signature") {
-				t.Errorf("WWW-Authenticate = %q", wa)
+			if tc.apiKeys {
+				opts = append(opts, handlers.WithAPIKeys(verifyKey))
+			}
+			e, err := handlers.New(newTokenService(t, st), opts...).Engine()
+			if err != nil {
+				t.Fatal(err)
+			}
+			var prev map[string]any
+			for _, s := range tc.steps {
+				body := s.body(prev)
+				prev = body
+				data, err := json.Marshal(body)
+				if err != nil {
+					t.Fatal(err)
+				}
+				req := httptest.NewRequest(http.MethodPost, "/v1/signatures/verify", bytes.NewReader(data))
+				req.Header.Set("Content-Type", "application/json")
+				if !s.noAuth {
+					req.Header.Set("Authorization", "Bearer "+verifyKey)
+				}
+				rec := httptest.NewRecorder()
+				e.ServeHTTP(rec, req)
+				if rec.Code != s.wantStatus {
+					t.Fatalf("%s: %d %s, want %d %q", s.name, rec.Code, rec.Body, s.wantStatus, s.wantCode)
+				}
+				if s.wantCode != "" {
+					if got := problemCode(t, rec); got != s.wantCode {
+						t.Fatalf("%s: code %q, want %q", s.name, got, s.wantCode)
+					}
+					wantAuth := map[string]string{"unauthorized": "Bearer", "replayed_request": "Signature", "signature_invalid": "Signature", "signature_missing": "Signature"}[s.wantCode]
+					if got := rec.Header().Get("WWW-Authenticate"); !strings.HasPrefix(got, wantAuth) || (wantAuth == "") != (got == "") {
+						t.Fatalf("%s: WWW-Authenticate = %q, want %s", s.name, got, wantAuth)
+					}
+					continue
+				}
+				var v struct {
+					Status  string `json:"status"`
+					KeyID   string `json:"keyid"`
+					Created int64  `json:"created"`
+					Nonce   string `json:"nonce"`
+				}
+				if err := json.Unmarshal(rec.Body.Bytes(), &v); err != nil || v.Status != "verified" || v.KeyID != "partner-1" || v.Created == 0 || v.Nonce == "" {
+					t.Fatalf("%s: body %s (%v)", s.name, rec.Body, err)
+				}
+				if cc := rec.Header().Get("Cache-Control"); cc != "no-store" {
+					t.Fatalf("%s: Cache-Control = %q", s.name, cc)
+				}
+			}
+			families, err := m.Registry.Gather()
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := map[string]float64{}
+			for _, f := range families {
+				if f.GetName() != "replayguard_signature_verifications_total" {
+					continue
+				}
+				for _, mt := range f.GetMetric() {
+					got[mt.GetLabel()[0].GetValue()] = mt.GetCounter().GetValue()
+				}
+			}
+			if fmt.Sprint(got) != fmt.Sprint(tc.wantMetrics) {
+				t.Fatalf("verification outcomes = %v, want %v", got, tc.wantMetrics)
 			}
 		})
 	}
-
-	t.Run("signature_expired carries the server time in UTC and the reason", func(t *testing.T) {
-		at := time.Date(2026, 11, 22, 11, 30, 5, 123, time.FixedZone("CET", 3600))
-		err := fmt.Errorf("verify: %w", &replay.ExpiredError{ServerTime: at, Reason: replay.ErrExpired.Error() + ": created 360s before the server's time"})
-		p := handlers.ProblemFor(err)
-		if p.Code != "signature_expired" || p.ServerTime != "2026-11-22T10:30:05Z" || p.Detail != "created 360s before the server's time" {
-			t.Fatalf("ProblemFor = %+v", p)
-		}
-		rec := httptest.NewRecorder()
-		handlers.WriteProblem(rec, httptest.NewRequest(http.MethodPost, "/", nil), err)
-		var body map[string]any
-		if err := json.Unmarshal(rec.Body.Bytes(), &body); err != nil || body["server_time"] != "2026-11-22T10:30:05Z" {
-			t.Fatalf("body = %s (%v)", rec.Body, err)
-		}
-	})
-
-	t.Run("other problems have no server_time member", func(t *testing.T) {
-		rec := httptest.NewRecorder()
-		handlers.WriteProblem(rec, httptest.NewRequest(http.MethodPost, "/", nil), replay.ErrReplayed)
-		if strings.Contains(rec.Body.String(), "server_time") {
-			t.Fatalf("body = %s", rec.Body)
-		}
-	})
 }

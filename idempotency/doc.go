@@ -20,14 +20,14 @@
 //
 // Do wraps all of it around a function: it completes on success,
 // releases on an error or a panic. Start and Run are the same steps one
-// at a time, for callers such as the HTTP middleware in package handlers
+// at a time, for callers such as the HTTP middleware in package guard
 // that must complete the record before they answer.
 //
 // Duplicates of a running execution get ErrInProgress, duplicates with
 // another fingerprint (the same key used for a different request) get
 // ErrFingerprintMismatch, and when the store cannot be reached nothing
-// runs and the error is ErrUnavailable: a store outage never lets a
-// duplicate through.
+// runs and the error wraps store.ErrUnavailable: a store outage never lets
+// a duplicate through.
 //
 // # Example
 //
@@ -64,19 +64,17 @@
 // execution it authorises, so that a duplicate submit of the same token
 // gets that execution's outcome instead of a refusal. The record lives
 // beside the token in the store, under store.TokenRecordKey(id), and is
-// opened by the redemption itself (store.Store.RedeemRecord): one atomic
-// step decides between redeeming, answering from the record, and the
-// token's own refusals. StartToken does it for an execution in this
-// process, with a Run and its heartbeat; OpenToken, CompleteToken and
-// ReleaseToken do it for one that ends in another request, as the HTTP
-// API's /v1/tokens/redeem, /complete and /release. Callers verify the
-// token's signature and claims first (token.Service.Check) and turn the
-// token's refusals into errors with token.Service.RedeemError; the
-// Guard in package handlers does both (handlers.WithTokenRecords).
+// opened by the redemption itself: RedeemToken is the one function that
+// redeems a token that may carry a record (guard.RequireToken, the HTTP
+// API and the gateway all call it). In Record mode the Run it returns has
+// a heartbeat, for an execution in this process; in Detached mode it has
+// a lease to hand out, and another request ends it with ResumeToken, as
+// the HTTP API's /v1/tokens/redeem, /complete and /release do.
 //
 // # Clocks
 //
-// Leases and retention are computed from the Keeper's clock (WithClock)
-// but ended by the store's: the memory store's own clock, or the Redis
-// server's. Keep the clocks of the hosts that share a Redis in sync.
+// Leases and retention are durations the store counts on its own clock
+// (the memory store's, or the Redis or PostgreSQL server's) from the
+// moment it carries out the call, so an instance whose clock disagrees
+// with the store's neither shortens nor lengthens them.
 package idempotency

@@ -6,6 +6,8 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -28,22 +30,32 @@ var (
 	// ErrNotStored: the key's execution completed, but its outcome's body
 	// was over the size cap and was not stored, so it cannot be replayed.
 	ErrNotStored = errors.New("idempotency: response not stored")
-	// ErrUnavailable: the store did not confirm the operation. When it
-	// comes from Start or Do, nothing was run.
-	ErrUnavailable = errors.New("idempotency: store unavailable")
-	// ErrStoreFull: a bounded store holds as many live entries as it may;
-	// nothing was run.
-	ErrStoreFull = errors.New("idempotency: store full")
 	// ErrLeaseLost: the execution's record expired or was taken over
 	// before it completed, so its outcome was not recorded and another
 	// execution may run.
 	ErrLeaseLost = errors.New("idempotency: lease lost")
 	// ErrCorrupt: a stored outcome cannot be decoded.
 	ErrCorrupt = errors.New("idempotency: stored outcome corrupt")
-	// ErrNotProcessing: CompleteToken or ReleaseToken found no processing
-	// record of the token held by the owner: none was opened, it was
-	// completed or released already, or its lease ended.
+	// ErrNotProcessing: a Run resumed with ResumeToken found no
+	// processing record of the token held by its lease: none was opened,
+	// it was completed or released already, or its lease ended.
 	ErrNotProcessing = errors.New("idempotency: no processing record")
+	// ErrBadLease: a lease given to ResumeToken is not one RedeemToken
+	// gave out.
+	ErrBadLease = errors.New("idempotency: malformed lease")
+)
+
+// A store that cannot confirm an operation is reported with the store's
+// own error, which wraps store.ErrUnavailable or is store.ErrFull: when it
+// comes from Start, Do or RedeemToken, nothing was run.
+
+// HTTP headers of the Idempotency-Key draft
+// (draft-ietf-httpapi-idempotency-key-header).
+const (
+	// KeyHeader carries the client's key, an RFC 8941 sf-string.
+	KeyHeader = "Idempotency-Key"
+	// ReplayedHeader is set to "true" on a stored response served again.
+	ReplayedHeader = "Idempotent-Replayed"
 )
 
 // Defaults for the options below.
@@ -56,6 +68,10 @@ const (
 	DefaultMaxBody = 1 << 20
 	// MaxKeyLength is the longest key ParseKey accepts, in characters.
 	MaxKeyLength = 255
+	// MinLockTTL is the shortest lease a configuration should set: the
+	// heartbeat renews it every third of it, and a lease much shorter than
+	// a store round trip would be lost while it runs.
+	MinLockTTL = time.Second
 )
 
 // finishTimeout bounds Complete and Release, which run even when the
@@ -117,8 +133,9 @@ func WithMaxBody(n int) Option {
 }
 
 // WithClock replaces time.Now, for tests. Leases and retention are
-// computed from this clock; the store decides when they have passed by
-// its own (Redis by the server's clock). Defaults to time.Now.
+// durations the store counts on its own clock (the Redis server's, say);
+// this clock only dates what the Keeper reports, such as Run.Expires.
+// Defaults to time.Now.
 func WithClock(now func() time.Time) Option {
 	return func(k *Keeper) {
 		if now != nil {
@@ -194,6 +211,9 @@ type Run struct {
 	k       *Keeper
 	key     string
 	owner   string
+	expires time.Time
+	lease   string // a Detached run's lease, for ResumeToken
+	notHeld error  // the error of Complete and Release when the record is gone
 	onLost  func()
 	stop    chan struct{}
 	done    chan struct{}
@@ -212,7 +232,8 @@ type Run struct {
 //     not stored);
 //   - err says why neither: ErrFingerprintMismatch, ErrInProgress,
 //     ErrInvalidKey (an empty key, or one beginning with "\x00", which
-//     the store reserves), ErrUnavailable or ErrStoreFull.
+//     the store reserves), or the store's error (wrapping
+//     store.ErrUnavailable, or store.ErrFull).
 //
 // The fingerprint is compared as is; callers hash whatever identifies a
 // request (its body, say) into it.
@@ -231,9 +252,10 @@ func (k *Keeper) start(ctx context.Context, key, fingerprint string, onLost func
 	if err != nil {
 		return nil, Outcome{}, err
 	}
-	rec, acquired, err := k.store.Acquire(ctx, key, fingerprint, owner, k.now().Add(k.lockTTL))
+	expires := k.now().Add(k.lockTTL)
+	rec, acquired, err := k.store.Acquire(ctx, key, fingerprint, owner, k.lockTTL)
 	if err != nil {
-		return nil, Outcome{}, storeError(err)
+		return nil, Outcome{}, err
 	}
 	if !acquired {
 		if rec.Fingerprint != fingerprint {
@@ -242,26 +264,36 @@ func (k *Keeper) start(ctx context.Context, key, fingerprint string, onLost func
 		out, err := found(rec)
 		return nil, out, err
 	}
-	return k.newRun(key, owner, onLost), Outcome{}, nil
+	return k.newRun(key, owner, expires, onLost), Outcome{}, nil
 }
 
-// newOwner returns a random owner ID for a new record.
+// newOwner returns a random owner ID for a new record: 128 bits in hex.
 func newOwner() (string, error) {
 	var b [16]byte
 	if _, err := rand.Read(b[:]); err != nil {
-		return "", fmt.Errorf("%w: no randomness for an owner ID: %w", ErrUnavailable, err)
+		return "", fmt.Errorf("%w: no randomness for an owner ID: %w", store.ErrUnavailable, err)
 	}
 	return hex.EncodeToString(b[:]), nil
 }
 
-// newRun starts the heartbeat of owner's processing record under key.
-func (k *Keeper) newRun(key, owner string, onLost func()) *Run {
-	r := &Run{
-		k: k, key: key, owner: owner, onLost: onLost,
-		stop: make(chan struct{}), done: make(chan struct{}), lost: make(chan struct{}),
-	}
+// newRun starts the heartbeat of owner's processing record under key,
+// leased until expires.
+func (k *Keeper) newRun(key, owner string, expires time.Time, onLost func()) *Run {
+	r := k.detachedRun(key, owner, expires, ErrLeaseLost)
+	r.onLost, r.done = onLost, make(chan struct{})
 	go r.heartbeat()
 	return r
+}
+
+// detachedRun is a Run without a heartbeat, for a record whose execution
+// ends in another request; notHeld is its error when the record is gone.
+func (k *Keeper) detachedRun(key, owner string, expires time.Time, notHeld error) *Run {
+	done := make(chan struct{})
+	close(done)
+	return &Run{
+		k: k, key: key, owner: owner, expires: expires, notHeld: notHeld,
+		stop: make(chan struct{}), done: done, lost: make(chan struct{}),
+	}
 }
 
 // found is what a duplicate gets from a live record of its own request:
@@ -281,13 +313,6 @@ func found(rec store.Record) (Outcome, error) {
 	return out, nil
 }
 
-func storeError(err error) error {
-	if errors.Is(err, store.ErrFull) {
-		return fmt.Errorf("%w: %w", ErrStoreFull, err)
-	}
-	return fmt.Errorf("%w: %w", ErrUnavailable, err)
-}
-
 // heartbeat renews the lease every lockTTL/3 until the run ends or the
 // lease is found lost. A renewal that fails with an error is retried at
 // the next tick: the lease still has two thirds of its time.
@@ -303,7 +328,7 @@ func (r *Run) heartbeat() {
 		case <-ticks:
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), every)
-		ok, err := r.k.store.Renew(ctx, r.key, r.owner, r.k.now().Add(r.k.lockTTL))
+		ok, err := r.k.store.Renew(ctx, r.key, r.owner, r.k.lockTTL)
 		cancel()
 		if err == nil && !ok {
 			close(r.lost)
@@ -332,43 +357,55 @@ func (r *Run) end() {
 // duplicates get ErrNotStored; a caller that streams a result it cannot
 // store sets BodyOmitted itself. It runs even when ctx is done, since the
 // work it records has happened, bounded by five seconds. It returns
-// ErrLeaseLost when the record expired or was taken over first, and
-// ErrUnavailable when the store did not confirm: the record then stays
-// processing until its lease ends.
+// ErrLeaseLost (ErrNotProcessing for a Run from ResumeToken) when the
+// record expired or was taken over first, and the store's error (wrapping
+// store.ErrUnavailable) when the store did not confirm: the record then
+// stays processing until its lease ends.
 func (r *Run) Complete(ctx context.Context, out Outcome) error {
 	r.end()
-	return r.k.complete(ctx, r.key, r.owner, out, ErrLeaseLost)
-}
-
-// complete stores out (its body left out when over the cap) in owner's
-// processing record under key, kept for the retention; notHeld is the
-// error when there is no such record.
-func (k *Keeper) complete(ctx context.Context, key, owner string, out Outcome, notHeld error) error {
-	if len(out.Body) > k.maxBody {
+	if len(out.Body) > r.k.maxBody {
 		out.Body, out.BodyOmitted = nil, true
 	}
 	data := encodeOutcome(out)
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finishTimeout)
 	defer cancel()
-	ok, err := k.store.Complete(ctx, key, owner, data, k.now().Add(k.retention))
+	ok, err := r.k.store.Complete(ctx, r.key, r.owner, data, r.k.retention)
 	switch {
 	case err != nil:
-		return storeError(err)
+		return err
 	case !ok:
-		return notHeld
+		return r.notHeld
 	}
 	return nil
 }
 
 // Release stops the heartbeat and deletes the record, so that a retry
-// runs. It runs even when ctx is done, bounded by five seconds. It
-// returns ErrLeaseLost when the record expired or was taken over first,
-// and ErrUnavailable when the store did not confirm: the record then
-// stays processing until its lease ends.
+// runs. It runs even when ctx is done, bounded by five seconds. Its
+// errors are Complete's.
 func (r *Run) Release(ctx context.Context) error {
 	r.end()
-	return r.k.release(ctx, r.key, r.owner, ErrLeaseLost)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finishTimeout)
+	defer cancel()
+	ok, err := r.k.store.Release(ctx, r.key, r.owner)
+	switch {
+	case err != nil:
+		return err
+	case !ok:
+		return r.notHeld
+	}
+	return nil
 }
+
+// Lease returns the lease of a Run that a Detached RedeemToken opened, to
+// give to the request that will end it with ResumeToken; "" for other
+// runs.
+func (r *Run) Lease() string { return r.lease }
+
+// Expires returns when the lease of the run's record ends unless it is
+// renewed: the Keeper's clock when the record was opened plus its lock
+// TTL, read before the store was asked, so it is never later than the
+// store's own end of the lease.
+func (r *Run) Expires() time.Time { return r.expires }
 
 // Abandon stops the heartbeat and leaves the record processing, so that
 // it expires when its lease ends: for an execution whose outcome is
@@ -379,21 +416,6 @@ func (r *Run) Release(ctx context.Context) error {
 // the lease ends, and then one retry runs. The store is not called.
 func (r *Run) Abandon() {
 	r.end()
-}
-
-// release deletes owner's processing record under key; notHeld is the
-// error when there is no such record.
-func (k *Keeper) release(ctx context.Context, key, owner string, notHeld error) error {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finishTimeout)
-	defer cancel()
-	ok, err := k.store.Release(ctx, key, owner)
-	switch {
-	case err != nil:
-		return storeError(err)
-	case !ok:
-		return notHeld
-	}
-	return nil
 }
 
 // Do runs fn at most once per key and returns its outcome to every
@@ -414,7 +436,7 @@ func (k *Keeper) release(ctx context.Context, key, owner string, notHeld error) 
 // replayed true, or Start's errors: ErrInProgress while the first runs,
 // ErrFingerprintMismatch for another fingerprint, ErrNotStored for an
 // outcome whose body was over the cap. When the store cannot be reached,
-// fn never runs and the error is ErrUnavailable.
+// fn never runs and the error wraps store.ErrUnavailable.
 func (k *Keeper) Do(ctx context.Context, key, fingerprint string, fn func(ctx context.Context) (Outcome, error)) (out Outcome, replayed bool, err error) {
 	fctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
@@ -440,4 +462,29 @@ func (k *Keeper) Do(ctx context.Context, key, fingerprint string, fn func(ctx co
 		return out, false, err
 	}
 	return out, false, run.Complete(ctx, out)
+}
+
+// MaxBodyLimit is the largest body cap ParseSize accepts: 64 MiB.
+const MaxBodyLimit = 64 << 20
+
+// ParseSize reads a body cap for WithMaxBody as configuration gives it
+// (REPLAYGUARD_IDEMPOTENCY_MAX_BODY, a route's max_body): a number of
+// bytes (1048576) or one with a KiB or MiB suffix (1MiB), from 1 byte to
+// MaxBodyLimit.
+func ParseSize(s string) (int, error) {
+	bad := fmt.Errorf("%q is not a size: want bytes (1048576) or a KiB or MiB suffix (1MiB), from 1 byte to 64MiB", s)
+	digits, unit := s, 1
+	if d, ok := strings.CutSuffix(s, "KiB"); ok {
+		digits, unit = d, 1<<10
+	} else if d, ok := strings.CutSuffix(s, "MiB"); ok {
+		digits, unit = d, 1<<20
+	}
+	if digits == "" || strings.Trim(digits, "0123456789") != "" {
+		return 0, bad
+	}
+	n, err := strconv.Atoi(digits)
+	if err != nil || n < 1 || n > MaxBodyLimit/unit {
+		return 0, bad
+	}
+	return n * unit, nil
 }

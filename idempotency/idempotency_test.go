@@ -45,11 +45,11 @@ type brokenStore struct {
 	err error
 }
 
-func (b brokenStore) Acquire(context.Context, string, string, string, time.Time) (store.Record, bool, error) {
+func (b brokenStore) Acquire(context.Context, string, string, string, time.Duration) (store.Record, bool, error) {
 	return store.Record{}, false, b.err
 }
 
-func (b brokenStore) RedeemRecord(context.Context, string, store.Token, string, time.Time) (store.RedeemResult, store.Record, error) {
+func (b brokenStore) Redeem(context.Context, string, store.Token, string, time.Duration) (store.RedeemResult, store.Record, error) {
 	return 0, store.Record{}, b.err
 }
 
@@ -59,8 +59,8 @@ type hookStore struct {
 	onRenew func(ok bool, err error)
 }
 
-func (h hookStore) Renew(ctx context.Context, key, owner string, leaseUntil time.Time) (bool, error) {
-	ok, err := h.Store.Renew(ctx, key, owner, leaseUntil)
+func (h hookStore) Renew(ctx context.Context, key, owner string, lease time.Duration) (bool, error) {
+	ok, err := h.Store.Renew(ctx, key, owner, lease)
 	h.onRenew(ok, err)
 	return ok, err
 }
@@ -246,9 +246,9 @@ func TestStoreFailureRunsNothing(t *testing.T) {
 		storeErr error
 		want     error
 	}{
-		{"an unreachable store", errors.New("dial tcp 127.0.0.1:1: connection refused"), idempotency.ErrUnavailable},
-		{"a closed store", store.ErrClosed, idempotency.ErrUnavailable},
-		{"a full store", store.ErrFull, idempotency.ErrStoreFull},
+		{"an unreachable store", store.Unavailable("test", errors.New("dial tcp 127.0.0.1:1: connection refused")), store.ErrUnavailable},
+		{"a closed store", store.ErrClosed, store.ErrUnavailable},
+		{"a full store", store.ErrFull, store.ErrFull},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -500,5 +500,42 @@ func TestTinyLeaseStillHeartbeats(t *testing.T) {
 	_, _, err := k.Do(context.Background(), "key", "fp", ok("x"))
 	if err != nil && !errors.Is(err, idempotency.ErrLeaseLost) {
 		t.Fatalf("Do = %v", err)
+	}
+}
+
+func TestParseSize(t *testing.T) {
+	tests := []struct {
+		in   string
+		want int // 0: an error
+	}{
+		{"1", 1},
+		{"65536", 65536},
+		{"512KiB", 512 << 10},
+		{"1MiB", 1 << 20},
+		{"64MiB", 64 << 20},
+		{"65MiB", 0},
+		{"67108865", 0},
+		{"0", 0},
+		{"", 0},
+		{"MiB", 0},
+		{"1 MiB", 0},
+		{"1mib", 0},
+		{"1MB", 0},
+		{"1.5MiB", 0},
+		{"-1", 0},
+		{"+1", 0},
+		{"99999999999999999999MiB", 0},
+	}
+	for _, tc := range tests {
+		got, err := idempotency.ParseSize(tc.in)
+		if tc.want == 0 {
+			if err == nil {
+				t.Errorf("ParseSize(%q) = %d, want an error", tc.in, got)
+			}
+			continue
+		}
+		if err != nil || got != tc.want {
+			t.Errorf("ParseSize(%q) = %d, %v, want %d", tc.in, got, err, tc.want)
+		}
 	}
 }

@@ -7,6 +7,19 @@ import (
 	"sort"
 )
 
+// Replayable reports whether a response header named name (in canonical
+// form) is worth storing in an Outcome and replaying: cookies belong to
+// the first caller, Date to the first answer, and hop-by-hop headers to
+// its connection, so they are not.
+func Replayable(name string) bool { return !unreplayed[name] }
+
+var unreplayed = map[string]bool{
+	"Set-Cookie": true, "Date": true, "Connection": true, "Keep-Alive": true,
+	"Proxy-Connection": true, "Proxy-Authenticate": true, "Proxy-Authorization": true,
+	"Te": true, "Trailer": true, "Transfer-Encoding": true, "Upgrade": true,
+	ReplayedHeader: true,
+}
+
 // The stored form of an Outcome, opaque to the store:
 //
 //	version byte (1) | flags byte (1 = body omitted) |

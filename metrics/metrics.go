@@ -1,5 +1,3 @@
-// Package metrics holds Replayguard's Prometheus collectors and a store
-// wrapper that times every store call.
 package metrics
 
 import (

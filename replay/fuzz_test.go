@@ -14,12 +14,12 @@ import (
 // keeps no state.
 type freshStore struct{ store.Store }
 
-func (freshStore) PutNonce(context.Context, string, string, time.Time) (bool, error) {
+func (freshStore) Put(context.Context, string, store.Token, time.Duration) (bool, error) {
 	return true, nil
 }
 
 // sentinels are the errors Verify wraps; every error wraps exactly one.
-var sentinels = []error{ErrMissing, ErrInvalid, ErrExpired, ErrReplayed, ErrUnavailable}
+var sentinels = []error{ErrMissing, ErrInvalid, ErrExpired, ErrReplayed, store.ErrUnavailable}
 
 // FuzzVerifySignatureInput feeds arbitrary Signature-Input, Signature and
 // Content-Digest fields to Verify, with and without the policy. Verify

@@ -1,14 +1,3 @@
-// Package replay verifies HTTP Message Signatures (RFC 9421) with a time
-// window and a nonce store, so a signed request is accepted once, only
-// inside its window, and only when a known client signed it.
-//
-// A request carries Signature-Input and Signature fields. Verify picks
-// one signature (see Verify), looks its keyid up in a KeySource and
-// checks, in this order: the parameters and covered components the
-// policy requires, the Content-Digest against the body received, the
-// signature itself with the key's own algorithm, the window, and finally
-// records the nonce, scoped by key ID, with set-if-absent in a
-// store.Store. SignatureBase and ContentDigest are exported for signers.
 package replay
 
 import (
@@ -28,8 +17,10 @@ import (
 	"github.com/replayguard/replayguard/store"
 )
 
-// Sentinel errors. handlers maps each to a 401 problem code (and
-// ErrUnavailable to 503 store_unavailable) in its one table.
+// Sentinel errors. package problem maps each to a 401 problem code in its
+// one table. A nonce the store could not record is reported with the
+// store's own error, which wraps store.ErrUnavailable (503
+// store_unavailable) or is store.ErrFull.
 var (
 	// ErrMissing: the request has no Signature-Input or Signature header
 	// (signature_missing).
@@ -46,9 +37,6 @@ var (
 	// ErrReplayed: this key ID and nonce were seen before
 	// (replayed_request).
 	ErrReplayed = errors.New("replay: replayed request")
-	// ErrUnavailable: the nonce could not be recorded; the outcome is
-	// unknown and the request must be refused (503 store_unavailable).
-	ErrUnavailable = errors.New("replay: store unavailable")
 )
 
 // ExpiredError is the detail of ErrExpired: the server's clock reading,
@@ -75,8 +63,6 @@ const (
 	DefaultWindow = 5 * time.Minute
 	// MaxNonceLen is the longest nonce accepted, in bytes.
 	MaxNonceLen = 128
-	// MaxBodyBytes bounds the body the middleware reads to check its digest.
-	MaxBodyBytes = 1 << 20
 )
 
 // DefaultRequired are the components every signature must cover, besides
@@ -141,52 +127,87 @@ type KeySource interface {
 
 // Verifier checks signed requests. Create it with NewVerifier.
 type Verifier struct {
-	keys      KeySource
-	store     store.Store
+	keys  KeySource
+	store store.Store
+	*settings
+}
+
+// Option configures a Verifier or a Signer. Each option's documentation
+// says which it applies to; the other ignores it.
+type Option func(*settings)
+
+// settings are a Verifier's and a Signer's settings; each reads its own.
+type settings struct {
+	now func() time.Time
+
+	// Verifier
 	window    time.Duration
-	now       func() time.Time
 	notBefore time.Time
 	required  []string
 	unsafe    bool
+
+	// Signer
+	nonce      func() (string, error)
+	components []string
+	params     []string
+	label      string
+	expiry     time.Duration
 }
 
-// Option configures a Verifier.
-type Option func(*Verifier)
+// newSettings applies opts over the defaults, which are set here and
+// nowhere else.
+func newSettings(opts []Option) *settings {
+	s := &settings{
+		now:    time.Now,
+		window: DefaultWindow,
+		nonce:  randomNonce,
+		params: append([]string(nil), defaultParams...),
+		label:  defaultLabel,
+	}
+	for _, o := range opts {
+		o(s)
+	}
+	return s
+}
 
-// WithWindow sets how far created may lie from now, on either side; each
-// nonce is kept in the store until created + d + 1s. Defaults to
-// DefaultWindow (5m); d <= 0 keeps the default.
+// WithWindow sets how far a Verifier lets created lie from now, on either
+// side; each nonce is kept in the store for as long as the window could
+// still accept its signature (see Verify). Defaults to DefaultWindow (5m);
+// d <= 0 keeps the default.
 func WithWindow(d time.Duration) Option {
-	return func(v *Verifier) {
+	return func(s *settings) {
 		if d > 0 {
-			v.window = d
+			s.window = d
 		}
 	}
 }
 
-// WithClock replaces time.Now, for tests. The window uses the server's
-// clock. Defaults to time.Now.
+// WithClock replaces time.Now, for tests and test vectors. A Verifier
+// checks the window with this clock (how long a nonce is kept is a
+// duration the store measures with its own, so the two never have to
+// agree); a Signer takes created from it, and the client's clock must lie
+// within the server's window of the server's. Defaults to time.Now.
 func WithClock(now func() time.Time) Option {
-	return func(v *Verifier) {
+	return func(s *settings) {
 		if now != nil {
-			v.now = now
+			s.now = now
 		}
 	}
 }
 
-// WithNotBefore refuses, as expired, signatures created before t
+// WithNotBefore makes a Verifier refuse, as expired, signatures created before t
 // truncated to the second. Pass the process start with a store that
 // forgets its nonces on restart, such as the memory store: a signature
 // made before the restart could otherwise be replayed. Defaults to none.
-func WithNotBefore(t time.Time) Option { return func(v *Verifier) { v.notBefore = t } }
+func WithNotBefore(t time.Time) Option { return func(s *settings) { s.notBefore = t } }
 
-// WithRequired adds components every signature must cover, beyond
+// WithRequired adds components every signature a Verifier accepts must cover, beyond
 // DefaultRequired: field names (any case, for example "Authorization")
 // or derived components. Defaults to none.
 func WithRequired(components ...string) Option {
-	return func(v *Verifier) {
+	return func(s *settings) {
 		for _, c := range components {
-			v.required = append(v.required, strings.ToLower(c))
+			s.required = append(s.required, strings.ToLower(c))
 		}
 	}
 }
@@ -199,24 +220,21 @@ func WithRequired(components ...string) Option {
 // against the body, and the signature. It exists so that the RFC 9421
 // test vectors (no nonce, created in 2021) can be verified; never use it
 // in production.
-func UnsafeSkipPolicyForTests() Option { return func(v *Verifier) { v.unsafe = true } }
+func UnsafeSkipPolicyForTests() Option { return func(s *settings) { s.unsafe = true } }
 
 // NewVerifier returns a Verifier that finds keys in keys and records
 // nonces in st.
 func NewVerifier(keys KeySource, st store.Store, opts ...Option) *Verifier {
-	v := &Verifier{keys: keys, store: st, window: DefaultWindow, now: time.Now}
-	for _, o := range opts {
-		o(v)
-	}
-	return v
+	return &Verifier{keys: keys, store: st, settings: newSettings(opts)}
 }
 
 // Verify checks m's signature and, when it is good, records its nonce.
 // The window is measured with the Verifier's clock (WithClock), that is
 // the server's.
 // It returns the Result, or an error wrapping exactly one of ErrMissing,
-// ErrInvalid, ErrExpired (as an *ExpiredError), ErrReplayed or
-// ErrUnavailable. It never panics, whatever m holds.
+// ErrInvalid, ErrExpired (as an *ExpiredError), ErrReplayed,
+// store.ErrUnavailable or store.ErrFull. It never panics, whatever m
+// holds.
 //
 // Which signature: Signature-Input may list several (an intermediary can
 // add its own). Verify checks exactly one, the first member of
@@ -239,14 +257,18 @@ func NewVerifier(keys KeySource, st store.Store, opts ...Option) *Verifier {
 //     expires at or before now, or created before WithNotBefore:
 //     ErrExpired;
 //   - the nonce already recorded for this key ID: ErrReplayed; the
-//     store failing: ErrUnavailable.
+//     store failing: its error, wrapping store.ErrUnavailable.
 //
 // The nonce is recorded only after every other check passed, so a
-// forgery cannot burn a real client's nonce. It is kept until created +
-// window + 1s: the last moment the window check could accept the
-// signature again (created + window, checked against now truncated to
-// the second, so up to a second more). This assumes the servers sharing
-// a store have synchronised clocks.
+// forgery cannot burn a real client's nonce. It is kept for created +
+// window + 1s − now: until the last moment the window check could accept
+// the signature again (created + window, checked against now truncated to
+// the second, so up to a second more). That is a duration, which the store
+// counts on its own clock from the moment it records the nonce: a store
+// whose clock is ahead of this server's, or behind it, keeps the nonce
+// exactly as long. Servers that share a store must still agree with each
+// other within the window's margin (use NTP): one whose clock is behind
+// the others' accepts a signature later than they do.
 func (v *Verifier) Verify(ctx context.Context, m Message) (Result, error) {
 	inputVals := headerValues(m.Header, "Signature-Input")
 	sigVals := headerValues(m.Header, "Signature")
@@ -345,12 +367,13 @@ func (v *Verifier) Verify(ctx context.Context, m Message) (Result, error) {
 		return Result{}, err
 	}
 	if v.store == nil {
-		return Result{}, fmt.Errorf("%w: no store", ErrUnavailable)
+		return Result{}, fmt.Errorf("%w: no nonce store", store.ErrUnavailable)
 	}
-	expiresAt := res.Created.Add(v.window + time.Second)
-	fresh, err := v.store.PutNonce(ctx, key.ID, p.nonce, expiresAt)
+	// Past the window's far edge by this clock, on the store's clock.
+	keep := res.Created.Add(v.window + time.Second).Sub(now)
+	fresh, err := v.store.Put(ctx, store.NonceKey(key.ID, p.nonce), store.Token{}, keep)
 	if err != nil {
-		return Result{}, fmt.Errorf("%w: %w", ErrUnavailable, err)
+		return Result{}, err
 	}
 	if !fresh {
 		return Result{}, ErrReplayed

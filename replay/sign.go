@@ -23,13 +23,13 @@ import (
 // it lacks, a body that could not be read, randomness that failed).
 var ErrSigner = errors.New("replay: cannot sign")
 
-// DefaultLabel is the label a Signer gives its signature in
+// defaultLabel is the label a Signer gives its signature in
 // Signature-Input and Signature.
-const DefaultLabel = "sig1"
+const defaultLabel = "sig1"
 
-// DefaultSignerParams are the signature parameters a Signer writes, in
-// this order; "expires" only with WithExpiry.
-var DefaultSignerParams = []string{"created", "expires", "nonce", "keyid", "alg"}
+// defaultParams are the signature parameters a Signer writes, in this
+// order; "expires" only with WithExpiry.
+var defaultParams = []string{"created", "expires", "nonce", "keyid", "alg"}
 
 // Signer signs outgoing requests with RFC 9421 HTTP Message Signatures so
 // that a Replayguard Verifier accepts them: created now, a random nonce,
@@ -38,71 +38,52 @@ var DefaultSignerParams = []string{"created", "expires", "nonce", "keyid", "alg"
 // Content-Digest field it computes. Create one with NewSigner; it is safe
 // for concurrent use. Transport signs every request an http.Client sends.
 type Signer struct {
-	keyID      string
-	alg        string
-	secret     []byte
-	private    ed25519.PrivateKey
-	now        func() time.Time
-	nonce      func() (string, error)
-	components []string
-	params     []string
-	label      string
-	expiry     time.Duration
+	keyID   string
+	alg     string
+	secret  []byte
+	private ed25519.PrivateKey
+	*settings
 }
 
-// SignerOption configures a Signer.
-type SignerOption func(*Signer)
-
-// WithSignerClock replaces time.Now as the source of the created
-// parameter, for tests and test vectors. Defaults to time.Now: the
-// client's clock, which must be within the server's window (5 minutes by
-// default) of the server's.
-func WithSignerClock(now func() time.Time) SignerOption {
-	return func(s *Signer) {
-		if now != nil {
-			s.now = now
-		}
-	}
-}
-
-// WithNonceFunc replaces the nonce source. Defaults to 16 bytes from
+// WithNonceFunc replaces a Signer's nonce source. Defaults to 16 bytes from
 // crypto/rand, base64url without padding (recommended). Every request
 // needs its own nonce: a fixed one is only for tests, since the server
 // accepts each key ID and nonce once.
-func WithNonceFunc(nonce func() (string, error)) SignerOption {
-	return func(s *Signer) {
+func WithNonceFunc(nonce func() (string, error)) Option {
+	return func(s *settings) {
 		if nonce != nil {
 			s.nonce = nonce
 		}
 	}
 }
 
-// WithComponents sets the covered components, in order, replacing the
+// WithComponents sets the components a Signer covers, in order, replacing the
 // default: DefaultRequired, plus content-digest when the request has a
 // body. Lowercase field names and the derived components SignatureBase
 // supports may be listed. Covering content-digest makes the Signer set
 // the Content-Digest field from the body.
-func WithComponents(components ...string) SignerOption {
-	return func(s *Signer) { s.components = append([]string(nil), components...) }
+func WithComponents(components ...string) Option {
+	return func(s *settings) { s.components = append([]string(nil), components...) }
 }
 
-// WithParams sets which signature parameters are written, in order, from
-// "created", "expires", "nonce", "keyid" and "alg". Defaults to
-// DefaultSignerParams. Leaving out nonce or created makes a signature that
-// Replayguard's Verifier refuses: that is for reproducing test vectors.
-func WithParams(params ...string) SignerOption {
-	return func(s *Signer) { s.params = append([]string(nil), params...) }
+// WithParams sets which signature parameters a Signer writes, in order, from
+// "created", "expires", "nonce", "keyid" and "alg". Defaults to all of
+// them, in that order ("expires" only with WithExpiry). Leaving out nonce
+// or created makes a signature that Replayguard's Verifier refuses: that
+// is for reproducing test vectors.
+func WithParams(params ...string) Option {
+	return func(s *settings) { s.params = append([]string(nil), params...) }
 }
 
-// WithLabel sets the signature's label (an RFC 8941 key such as "sig1").
-// Defaults to DefaultLabel.
-func WithLabel(label string) SignerOption { return func(s *Signer) { s.label = label } }
+// WithLabel sets the label of a Signer's signature (an RFC 8941 key).
+// Defaults to "sig1".
+func WithLabel(label string) Option { return func(s *settings) { s.label = label } }
 
-// WithExpiry adds the expires parameter, created + d. Defaults to none
+// WithExpiry makes a Signer add the expires parameter, created + d. Defaults to none
 // (the server's window bounds a signature's life anyway); d <= 0 keeps
 // the default.
-func WithExpiry(d time.Duration) SignerOption {
-	return func(s *Signer) {
+func WithExpiry(d time.Duration) Option {
+	return func(s *settings) {
 		if d > 0 {
 			s.expiry = d
 		}
@@ -112,12 +93,8 @@ func WithExpiry(d time.Duration) SignerOption {
 // NewSigner returns a Signer for the client key keyID with algorithm alg:
 // AlgHMACSHA256 with the shared secret as key ([]byte), or AlgEd25519
 // with an ed25519.PrivateKey. The secret is copied.
-func NewSigner(keyID, alg string, key any, opts ...SignerOption) (*Signer, error) {
-	s := &Signer{keyID: keyID, alg: alg, now: time.Now, nonce: randomNonce,
-		params: append([]string(nil), DefaultSignerParams...), label: DefaultLabel}
-	for _, o := range opts {
-		o(s)
-	}
+func NewSigner(keyID, alg string, key any, opts ...Option) (*Signer, error) {
+	s := &Signer{keyID: keyID, alg: alg, settings: newSettings(opts)}
 	if keyID == "" || !printableASCII(keyID) {
 		return nil, fmt.Errorf("%w: the key ID must be printable ASCII and not empty", ErrSigner)
 	}

@@ -115,7 +115,7 @@ func TestSignerReproducesTheRFC9421Vectors(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			s, err := replay.NewSigner("test-"+map[string]string{replay.AlgHMACSHA256: "shared-secret", replay.AlgEd25519: "key-ed25519"}[tc.alg],
 				tc.alg, tc.key(t), replay.WithComponents(tc.components...), replay.WithParams("created", "keyid"),
-				replay.WithSignerClock(fixed), replay.WithLabel(tc.label))
+				replay.WithClock(fixed), replay.WithLabel(tc.label))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -283,7 +283,7 @@ func TestNewSignerRefusesBadConfiguration(t *testing.T) {
 		keyID  string
 		alg    string
 		key    any
-		opts   []replay.SignerOption
+		opts   []replay.Option
 		errMsg string
 	}{
 		{"unknown algorithm", "k", "rsa-pss-sha512", secret, nil, "algorithm"},
@@ -293,8 +293,8 @@ func TestNewSignerRefusesBadConfiguration(t *testing.T) {
 		{"ed25519 with a secret", "k", replay.AlgEd25519, secret, nil, "PrivateKey"},
 		{"empty key ID", "", replay.AlgHMACSHA256, secret, nil, "key ID"},
 		{"non-ASCII key ID", "clé", replay.AlgHMACSHA256, secret, nil, "key ID"},
-		{"label that is not a key", "k", replay.AlgHMACSHA256, secret, []replay.SignerOption{replay.WithLabel("Sig 1")}, "label"},
-		{"unknown parameter", "k", replay.AlgHMACSHA256, secret, []replay.SignerOption{replay.WithParams("created", "tag")}, "parameter"},
+		{"label that is not a key", "k", replay.AlgHMACSHA256, secret, []replay.Option{replay.WithLabel("Sig 1")}, "label"},
+		{"unknown parameter", "k", replay.AlgHMACSHA256, secret, []replay.Option{replay.WithParams("created", "tag")}, "parameter"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := replay.NewSigner(tc.keyID, tc.alg, tc.key, tc.opts...)
@@ -311,12 +311,12 @@ func TestSignFailures(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		url  string
-		opts []replay.SignerOption
+		opts []replay.Option
 	}{
-		{"the nonce source fails", "", []replay.SignerOption{noRandom}},
-		{"the nonce is too long", "", []replay.SignerOption{replay.WithNonceFunc(func() (string, error) { return strings.Repeat("n", replay.MaxNonceLen+1), nil })}},
-		{"a covered header is missing", "", []replay.SignerOption{replay.WithComponents("@method", "authorization")}},
-		{"an unsupported derived component", "", []replay.SignerOption{replay.WithComponents("@status")}},
+		{"the nonce source fails", "", []replay.Option{noRandom}},
+		{"the nonce is too long", "", []replay.Option{replay.WithNonceFunc(func() (string, error) { return strings.Repeat("n", replay.MaxNonceLen+1), nil })}},
+		{"a covered header is missing", "", []replay.Option{replay.WithComponents("@method", "authorization")}},
+		{"an unsupported derived component", "", []replay.Option{replay.WithComponents("@status")}},
 		{"a non-ASCII host (net/http sends punycode)", "https://bücher.example/", nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -347,7 +347,7 @@ type clientKeys struct {
 	keys     *replay.Keys
 }
 
-func newClientKeys(t testing.TB, opts ...replay.SignerOption) clientKeys {
+func newClientKeys(t testing.TB, opts ...replay.Option) clientKeys {
 	t.Helper()
 	secret := bytes.Repeat([]byte("s3cr3t!"), 6)
 	pub, priv, err := ed25519.GenerateKey(nil)
@@ -571,7 +571,7 @@ func ExampleSigner_Sign() {
 	s, err := replay.NewSigner("test-shared-secret", replay.AlgHMACSHA256, secret,
 		replay.WithComponents("date", "@authority", "content-type"),
 		replay.WithParams("created", "keyid"),
-		replay.WithSignerClock(func() time.Time { return time.Unix(1618884473, 0) }),
+		replay.WithClock(func() time.Time { return time.Unix(1618884473, 0) }),
 		replay.WithLabel("sig-b25"))
 	if err != nil {
 		panic(err)

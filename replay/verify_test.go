@@ -27,6 +27,7 @@ import (
 	"github.com/replayguard/replayguard/store"
 	"github.com/replayguard/replayguard/store/memory"
 	redisstore "github.com/replayguard/replayguard/store/redis"
+	"github.com/replayguard/replayguard/store/storetest"
 )
 
 // Environment variables naming the real servers the tests run against.
@@ -663,8 +664,8 @@ func TestWindowIsCheckedAfterTheSignature(t *testing.T) {
 	}
 }
 
-// recordingStore is a store.Store that records PutNonce calls and
-// answers them with fresh and err.
+// recordingStore is a store.Store that records Put calls and answers
+// them with fresh and err.
 type recordingStore struct {
 	store.Store
 	mu    sync.Mutex
@@ -674,14 +675,14 @@ type recordingStore struct {
 }
 
 type nonceCall struct {
-	scope, nonce string
-	expiresAt    time.Time
+	key string
+	ttl time.Duration
 }
 
-func (s *recordingStore) PutNonce(_ context.Context, scope, nonce string, expiresAt time.Time) (bool, error) {
+func (s *recordingStore) Put(_ context.Context, key string, _ store.Token, ttl time.Duration) (bool, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.calls = append(s.calls, nonceCall{scope, nonce, expiresAt})
+	s.calls = append(s.calls, nonceCall{key, ttl})
 	return s.fresh, s.err
 }
 
@@ -693,9 +694,11 @@ func TestNonceIsKeptForTheWholeWindow(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		want := nonceCall{scope: keyMobile.ID, nonce: res.Nonce, expiresAt: created.Add(DefaultWindow + time.Second)}
-		if len(st.calls) != 1 || st.calls[0].scope != want.scope || st.calls[0].nonce != want.nonce || !st.calls[0].expiresAt.Equal(want.expiresAt) {
-			t.Errorf("created %v: PutNonce calls = %+v, want [%+v]", created.Sub(testNow), st.calls, want)
+		// Kept for as long as the window could accept it again, as a
+		// duration the store counts on its own clock.
+		want := nonceCall{key: store.NonceKey(keyMobile.ID, res.Nonce), ttl: created.Add(DefaultWindow + time.Second).Sub(testNow)}
+		if len(st.calls) != 1 || st.calls[0] != want {
+			t.Errorf("created %v: Put calls = %+v, want [%+v]", created.Sub(testNow), st.calls, want)
 		}
 	}
 }
@@ -706,16 +709,16 @@ func TestStoreFailureIsUnavailable(t *testing.T) {
 		fresh bool
 		err   error
 	}{
-		{"store error", false, errors.New("connection refused")},
-		{"store error claiming fresh", true, errors.New("timeout")},
+		{"store error", false, store.Unavailable("test", errors.New("connection refused"))},
+		{"store error claiming fresh", true, store.Unavailable("test", errors.New("timeout"))},
 		{"store full", false, store.ErrFull},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			st := &recordingStore{fresh: tc.fresh, err: tc.err}
 			m := signed(t, keyPartner1, testNow, "", func(s *spec) { s.components = []string{"@method", "@authority", "@path", "@query"} })
 			res, err := NewVerifier(testKeys, st, WithClock(fixedClock(testNow))).Verify(context.Background(), m)
-			if !errors.Is(err, ErrUnavailable) || !errors.Is(err, tc.err) {
-				t.Fatalf("Verify = %v, want ErrUnavailable wrapping %v", err, tc.err)
+			if !errors.Is(err, tc.err) {
+				t.Fatalf("Verify = %v, want the store's error %v", err, tc.err)
 			}
 			if res != (Result{}) {
 				t.Errorf("Result = %+v, want the zero Result", res)
@@ -724,8 +727,8 @@ func TestStoreFailureIsUnavailable(t *testing.T) {
 	}
 	t.Run("no store", func(t *testing.T) {
 		m := signed(t, keyPartner1, testNow, "", func(s *spec) { s.components = []string{"@method", "@authority", "@path", "@query"} })
-		if _, err := NewVerifier(testKeys, nil, WithClock(fixedClock(testNow))).Verify(context.Background(), m); !errors.Is(err, ErrUnavailable) {
-			t.Fatalf("Verify = %v, want ErrUnavailable", err)
+		if _, err := NewVerifier(testKeys, nil, WithClock(fixedClock(testNow))).Verify(context.Background(), m); !errors.Is(err, store.ErrUnavailable) {
+			t.Fatalf("Verify = %v, want store.ErrUnavailable", err)
 		}
 	})
 }
@@ -743,7 +746,7 @@ func TestRefusedRequestsNeverTouchTheStore(t *testing.T) {
 		}
 	}
 	if len(st.calls) != 0 {
-		t.Errorf("PutNonce was called %d times", len(st.calls))
+		t.Errorf("Put was called %d times", len(st.calls))
 	}
 }
 
@@ -790,7 +793,7 @@ func TestUnsafeSkipPolicyForTests(t *testing.T) {
 		})
 	}
 	if len(st.calls) != 0 {
-		t.Errorf("PutNonce was called %d times", len(st.calls))
+		t.Errorf("Put was called %d times", len(st.calls))
 	}
 }
 
@@ -1001,4 +1004,44 @@ func (p *presigned) message(i int) Message {
 		"Signature":       {p.sigs[i]},
 	}
 	return m
+}
+
+// TestSkewNeverLetsAReplayThrough: an instance whose clock is behind the
+// store's keeps accepting a signature until created + window by its own
+// clock, which by the store's clock is later. The nonce must be kept that
+// long: the store counts the retention from its own clock, so the replay
+// is refused at the window's very end whatever the skew.
+func TestSkewNeverLetsAReplayThrough(t *testing.T) {
+	const window, skew = 2 * time.Second, 10 * time.Second
+	ctx := context.Background()
+	t.Run("memory store whose clock is ahead", func(t *testing.T) {
+		storeClock := storetest.NewClock(time.Now())
+		instance := func() time.Time { return storeClock.Now().Add(-skew) }
+		v := NewVerifier(testKeys, newMemory(t, storeClock.Now), WithWindow(window), WithClock(instance))
+		m := signed(t, keyPartner1, instance(), "", func(s *spec) { s.components = []string{"@method", "@authority", "@path", "@query"} })
+		if _, err := v.Verify(ctx, m); err != nil {
+			t.Fatalf("first Verify = %v", err)
+		}
+		// The instance's window reaches its end; the store's clock is past
+		// created + window + 1s by its own reading.
+		storeClock.Advance(window)
+		if _, err := v.Verify(ctx, clone(m)); !errors.Is(err, ErrReplayed) {
+			t.Fatalf("replay at the end of the instance's window = %v, want ErrReplayed", err)
+		}
+	})
+	for _, sc := range nonceStores[1:] { // the real Redis servers run on the real clock
+		t.Run(sc.name+" whose clock is ahead", func(t *testing.T) {
+			instance := func() time.Time { return time.Now().Add(-skew) }
+			v := NewVerifier(testKeys, sc.open(t), WithWindow(window), WithClock(instance))
+			m := signed(t, keyPartner1, instance(), "", func(s *spec) { s.components = []string{"@method", "@authority", "@path", "@query"} })
+			if _, err := v.Verify(ctx, m); err != nil {
+				t.Fatalf("first Verify = %v", err)
+			}
+			// By Redis's clock created + window + 1s passed long ago: an
+			// absolute expiry would have kept nothing.
+			if _, err := v.Verify(ctx, clone(m)); !errors.Is(err, ErrReplayed) {
+				t.Fatalf("replay = %v, want ErrReplayed", err)
+			}
+		})
+	}
 }

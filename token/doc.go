@@ -6,12 +6,12 @@
 // one atomic step, so exactly one caller ever redeems a given token, even
 // across many instances that share a Redis.
 //
-// Redeem is Check (signature, exp, purpose and subject, without the store)
-// followed by the store's redemption, whose answer RedeemError turns into
-// this package's errors. Callers that redeem by other means, such as an
-// idempotency.Keeper recording the response of the token's one execution,
-// use the two halves. ParseExpired verifies a token whose exp has passed,
-// for finishing what it started before then.
+// RedeemRecord is the same redemption for a token whose one execution is
+// recorded beside it (package idempotency builds on it): it opens the
+// record in the step that redeems the token, and a duplicate gets the
+// record instead of ErrUsed, even after the token's exp. Parse verifies a
+// token without the store; for a token whose exp has passed it returns the
+// claims with ErrExpired, for finishing what the token started before then.
 //
 // # Claims
 //
@@ -41,9 +41,10 @@
 // # Failure
 //
 // A store that cannot confirm an operation makes Issue and Redeem return
-// ErrUnavailable (or ErrStoreFull for a bounded store that is full). The
-// outcome is then unknown and the caller must treat it as a refusal: a
-// protected action must never run on ErrUnavailable.
+// the store's error, which wraps store.ErrUnavailable (or is store.ErrFull
+// for a bounded store that is full). The outcome is then unknown and the
+// caller must treat it as a refusal: a protected action must never run on
+// store.ErrUnavailable.
 //
 // # IDs
 //
@@ -88,7 +89,7 @@
 //		ctx := context.Background()
 //		is, err := svc.Issue(ctx, token.IssueRequest{Purpose: "checkout"})
 //		if err != nil {
-//			log.Fatal(err) // ErrUnavailable or ErrStoreFull: nothing was issued
+//			log.Fatal(err) // store.ErrUnavailable or store.ErrFull: nothing was issued
 //		}
 //		// Hand is.Token to the client; it comes back with the checkout.
 //
@@ -103,6 +104,7 @@
 //	}
 //
 // To share tokens between instances, replace memory.New with the Redis
-// store from store/redis. To serve the tokens over HTTP, see package
-// handlers.
+// store from store/redis. To protect an application's routes with
+// tokens, see package guard; to serve them over HTTP to other backends
+// and browsers, package handlers.
 package token

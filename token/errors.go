@@ -3,8 +3,10 @@ package token
 import "errors"
 
 // Sentinel errors returned by this package. Wrapped errors carry detail;
-// compare with errors.Is. handlers maps each to an HTTP status and a
-// problem code in one table.
+// compare with errors.Is. package problem maps each to an HTTP status and
+// a problem code in one table. A store that did not confirm an operation
+// is reported with the store's own error, which wraps
+// store.ErrUnavailable (or is store.ErrFull).
 var (
 	// ErrInvalid: the token is malformed, oversized, not HS256, signed
 	// with an unknown kid or a wrong key, or lacks a required claim.
@@ -24,11 +26,6 @@ var (
 	// ErrBadRequest: an issue or redeem request is malformed (bad purpose,
 	// TTL or subject).
 	ErrBadRequest = errors.New("token: bad request")
-	// ErrUnavailable: the store did not confirm the operation. Its outcome
-	// is unknown; it must be reported as a failure.
-	ErrUnavailable = errors.New("token: store unavailable")
-	// ErrStoreFull: a bounded store holds as many live tokens as it may.
-	ErrStoreFull = errors.New("token: store full")
 	// ErrNoMachineID: sonyflake found no private IPv4 address to derive a
 	// machine ID from; pass WithMachineID.
 	ErrNoMachineID = errors.New("token: no machine ID")

@@ -25,6 +25,19 @@ import (
 	"github.com/replayguard/replayguard/store"
 )
 
+// Where a token travels in an HTTP request, and where a proxy that
+// redeemed it tells the app which token it was.
+const (
+	// Header carries a token to redeem.
+	Header = "Idempotency-Token"
+	// FormField is the form field that carries a token, for forms that
+	// work without JavaScript.
+	FormField = "idempotency_token"
+	// IDHeader carries a redeemed token's ID from a proxy that redeemed it
+	// (the gateway, or nginx through forward-auth) to the app behind it.
+	IDHeader = "Replayguard-Token-Id"
+)
+
 // Limits and defaults.
 const (
 	// DefaultPurpose is used when an issue or redeem names no purpose.
@@ -120,10 +133,7 @@ type Service struct {
 	flake      *sonyflake.Sonyflake
 	parser     *jwt.Parser
 	validator  *jwt.Validator
-	// untimed checks signatures without validating claims, for
-	// ParseExpired.
-	untimed *jwt.Parser
-	now     func() time.Time
+	now        func() time.Time
 
 	ttl, maxTTL time.Duration
 	leeway      time.Duration
@@ -237,7 +247,6 @@ func New(st store.Store, keys []Key, opts ...Option) (*Service, error) {
 	}
 	s.parser = jwt.NewParser(popts...)
 	s.validator = jwt.NewValidator(popts...)
-	s.untimed = jwt.NewParser(jwt.WithValidMethods([]string{jwt.SigningMethodHS256.Alg()}), jwt.WithStrictDecoding(), jwt.WithoutClaimsValidation())
 	return s, nil
 }
 
@@ -254,8 +263,9 @@ func RandomMachineID() (uint16, error) {
 }
 
 // Issue creates a token, stores it with set-if-absent until its exp, and
-// returns it. A store failure is ErrUnavailable (or ErrStoreFull); the
-// token is then never returned.
+// returns it. A store failure is returned as the store gave it, wrapping
+// store.ErrUnavailable (or store.ErrFull); the token is then never
+// returned.
 func (s *Service) Issue(ctx context.Context, req IssueRequest) (Issued, error) {
 	purpose := req.Purpose
 	if purpose == "" {
@@ -291,12 +301,11 @@ func (s *Service) Issue(ctx context.Context, req IssueRequest) (Issued, error) {
 			return Issued{}, fmt.Errorf("token: sonyflake: %w", err)
 		}
 		c.ID = strconv.FormatUint(id, 10)
-		created, err := s.store.PutToken(ctx, c.ID, store.Token{Purpose: c.Purpose, Subject: c.Subject}, c.ExpiresAt)
+		// The store keeps it for as long as exp is ahead by this clock,
+		// counted on the store's own.
+		created, err := s.store.Put(ctx, c.ID, store.Token{Purpose: c.Purpose, Subject: c.Subject}, c.ExpiresAt.Sub(now))
 		if err != nil {
-			if errors.Is(err, store.ErrFull) {
-				return Issued{}, fmt.Errorf("%w: %w", ErrStoreFull, err)
-			}
-			return Issued{}, fmt.Errorf("%w: %w", ErrUnavailable, err)
+			return Issued{}, err
 		}
 		if created {
 			tok, err := s.sign(c)
@@ -306,7 +315,7 @@ func (s *Service) Issue(ctx context.Context, req IssueRequest) (Issued, error) {
 			return Issued{Token: tok, Claims: c, TTL: ttl}, nil
 		}
 	}
-	return Issued{}, fmt.Errorf("%w: token ID collisions: give each instance its own machine ID", ErrUnavailable)
+	return Issued{}, fmt.Errorf("%w: token ID collisions: give each instance its own machine ID", store.ErrUnavailable)
 }
 
 func validSubject(sub string) error {
@@ -343,18 +352,11 @@ func (s *Service) sign(c Claims) (string, error) {
 
 // Parse verifies a token's signature (HS256 only, kid from the key ring)
 // and its exp, without touching the store. It returns ErrInvalid or
-// ErrExpired.
-func (s *Service) Parse(tok string) (Claims, error) { return s.parse(tok, true) }
-
-// ParseExpired is Parse for a token whose exp may have passed: it verifies
-// the signature and the claims' form exactly as Parse does, but not the
-// times, and returns ErrInvalid only. It serves calls that finish what a
-// token started before it expired, such as completing the token's
-// record; never redeem with it.
-func (s *Service) ParseExpired(tok string) (Claims, error) { return s.parse(tok, false) }
-
-// parse verifies tok; checkTime says whether exp and iat are validated.
-func (s *Service) parse(tok string, checkTime bool) (Claims, error) {
+// ErrExpired. As golang-jwt does, a token whose signature and claims are
+// good but whose exp has passed comes back with its claims and an error
+// wrapping ErrExpired: such claims may be used to finish what the token
+// started before it expired, never to redeem it.
+func (s *Service) Parse(tok string) (Claims, error) {
 	if len(tok) == 0 || len(tok) > MaxTokenLen || strings.Count(tok, ".") != 2 {
 		return Claims{}, fmt.Errorf("%w: malformed", ErrInvalid)
 	}
@@ -367,22 +369,16 @@ func (s *Service) parse(tok string, checkTime bool) (Claims, error) {
 	var jc jwtClaims
 	var err error
 	dot1, dot2 := strings.IndexByte(tok, '.'), strings.LastIndexByte(tok, '.')
-	parser := s.parser
-	if !checkTime {
-		parser = s.untimed
-	}
 	if macs, ok := s.headers[tok[:dot1]]; ok {
 		if !macs.valid(tok[:dot2], tok[dot2+1:]) {
 			return Claims{}, fmt.Errorf("%w: signature is invalid", ErrInvalid)
 		}
-		err = s.decodeClaims(tok[dot1+1:dot2], &jc, checkTime)
+		err = s.decodeClaims(tok[dot1+1:dot2], &jc)
 	} else {
-		_, err = parser.ParseWithClaims(tok, &jc, s.keyFor)
+		_, err = s.parser.ParseWithClaims(tok, &jc, s.keyFor)
 	}
-	if err != nil {
-		if errors.Is(err, jwt.ErrTokenExpired) {
-			return Claims{}, fmt.Errorf("%w: %w", ErrExpired, err)
-		}
+	expired := onlyExpired(err)
+	if err != nil && !expired {
 		return Claims{}, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	if jc.ID == "" || jc.IssuedAt == nil || jc.ExpiresAt == nil || !ValidPurpose(jc.Purpose) || len(jc.Subject) > MaxSubjectLen {
@@ -391,28 +387,36 @@ func (s *Service) parse(tok string, checkTime bool) (Claims, error) {
 	if _, err := strconv.ParseUint(jc.ID, 10, 64); err != nil {
 		return Claims{}, fmt.Errorf("%w: jti is not a sonyflake ID", ErrInvalid)
 	}
-	return Claims{
+	c := Claims{
 		ID:        jc.ID,
 		Purpose:   jc.Purpose,
 		Subject:   jc.Subject,
 		IssuedAt:  jc.IssuedAt.Time,
 		ExpiresAt: jc.ExpiresAt.Time,
-	}, nil
+	}
+	if expired {
+		return c, fmt.Errorf("%w: %w", ErrExpired, err)
+	}
+	return c, nil
+}
+
+// onlyExpired reports whether err is a claims validation error that says
+// the token expired and nothing else (the signature was good).
+func onlyExpired(err error) bool {
+	return errors.Is(err, jwt.ErrTokenExpired) &&
+		!errors.Is(err, jwt.ErrTokenSignatureInvalid) && !errors.Is(err, jwt.ErrTokenMalformed) &&
+		!errors.Is(err, jwt.ErrTokenUsedBeforeIssued) && !errors.Is(err, jwt.ErrTokenNotValidYet)
 }
 
 // decodeClaims decodes the base64url claims segment of a token whose
-// signature is verified, and validates them as the parser would when
-// validate is set.
-func (s *Service) decodeClaims(seg string, jc *jwtClaims, validate bool) error {
+// signature is verified, and validates them as the parser would.
+func (s *Service) decodeClaims(seg string, jc *jwtClaims) error {
 	raw, err := base64.RawURLEncoding.Strict().DecodeString(seg)
 	if err != nil {
 		return fmt.Errorf("claims are not base64url: %w", err)
 	}
 	if err := json.Unmarshal(raw, jc); err != nil {
 		return fmt.Errorf("claims are not a JSON object: %w", err)
-	}
-	if !validate {
-		return nil
 	}
 	return s.validator.Validate(jc)
 }
@@ -463,33 +467,73 @@ func (s *Service) keyFor(t *jwt.Token) (any, error) {
 // Redeem verifies tok and atomically consumes it for purpose (empty means
 // DefaultPurpose) and subject (empty means an unbound token). A forged or
 // expired token never reaches the store. It returns the token's claims
-// exactly once per token; afterwards ErrUsed. ErrPurposeMismatch and
-// ErrSubjectMismatch leave the token valid. ErrUnavailable means the
-// store did not confirm: the caller must not proceed.
+// exactly once per token; afterwards ErrUsed (also for a token taken by
+// its record, see RedeemRecord). ErrPurposeMismatch and ErrSubjectMismatch
+// leave the token valid. A store failure is returned as the store gave
+// it, wrapping store.ErrUnavailable: the caller must not proceed.
 func (s *Service) Redeem(ctx context.Context, tok, purpose, subject string) (Claims, error) {
-	c, err := s.Check(tok, purpose, subject)
+	c, err := s.check(tok, purpose, subject)
 	if err != nil {
 		return Claims{}, err
 	}
-	res, err := s.store.RedeemToken(ctx, c.ID, store.Token{Purpose: c.Purpose, Subject: c.Subject})
+	res, _, err := s.store.Redeem(ctx, c.ID, store.Token{Purpose: c.Purpose, Subject: c.Subject}, "", 0)
 	if err != nil {
-		return Claims{}, fmt.Errorf("%w: %w", ErrUnavailable, err)
+		return Claims{}, err
 	}
-	if err := s.RedeemError(c, res); err != nil {
+	if err := s.redeemError(c, res); err != nil {
 		return Claims{}, err
 	}
 	return c, nil
 }
 
-// Check is Redeem without the store: it verifies tok and that it was
+// RedeemRecord is Redeem for a token whose one execution may be recorded
+// beside it, in the store's one atomic step (store.Store.Redeem):
+//
+//   - a token with a live record for purpose and subject is not redeemed:
+//     found is true and rec is that record, processing or completed, even
+//     after the token's exp, so that a late duplicate is answered from it;
+//   - else, with an owner, the token is redeemed by opening a processing
+//     record owned by owner and leased for lease, which rec returns; the
+//     token stays in the store, taken by its record, until the record is
+//     completed (which consumes it) or released or its lease ends (which
+//     give it back for one retry);
+//   - else, without an owner, the token is redeemed as by Redeem.
+//
+// A token whose exp has passed is never redeemed: it is ErrExpired unless
+// its record answers. The other errors are Redeem's. package idempotency
+// builds its token records on this step.
+func (s *Service) RedeemRecord(ctx context.Context, tok, purpose, subject, owner string, lease time.Duration) (c Claims, rec store.Record, found bool, err error) {
+	c, err = s.check(tok, purpose, subject)
+	expired := err != nil && c.ID != "" // only ErrExpired comes with claims
+	if err != nil && !expired {
+		return Claims{}, store.Record{}, false, err
+	}
+	if expired {
+		owner, lease = "", 0 // only its record may answer
+	}
+	res, rec, serr := s.store.Redeem(ctx, c.ID, store.Token{Purpose: c.Purpose, Subject: c.Subject}, owner, lease)
+	switch {
+	case serr != nil:
+		return Claims{}, store.Record{}, false, serr
+	case res == store.Recorded:
+		return c, rec, true, nil
+	case expired:
+		return Claims{}, store.Record{}, false, err
+	}
+	if err := s.redeemError(c, res); err != nil {
+		return Claims{}, store.Record{}, false, err
+	}
+	return c, rec, false, nil
+}
+
+// check is Redeem without the store: it verifies tok and that it was
 // issued for purpose (empty means DefaultPurpose) and subject (empty
 // means an unbound token). It returns ErrBadRequest for a malformed
 // purpose or subject, ErrInvalid, ErrExpired, ErrPurposeMismatch or
-// ErrSubjectMismatch. The claims it returns name the purpose and subject
-// to redeem for, as store.Token{Purpose: c.Purpose, Subject: c.Subject}.
-// Callers that redeem by other means (an idempotency.Keeper's StartToken)
-// turn the store's answer into an error with RedeemError.
-func (s *Service) Check(tok, purpose, subject string) (Claims, error) {
+// ErrSubjectMismatch. An expired token that is otherwise good for purpose
+// and subject comes back with its claims and ErrExpired, for
+// RedeemRecord; every other error comes without claims.
+func (s *Service) check(tok, purpose, subject string) (Claims, error) {
 	if purpose == "" {
 		purpose = DefaultPurpose
 	}
@@ -500,28 +544,33 @@ func (s *Service) Check(tok, purpose, subject string) (Claims, error) {
 		return Claims{}, err
 	}
 	c, err := s.Parse(tok)
-	if err != nil {
+	if err != nil && !errors.Is(err, ErrExpired) {
 		return Claims{}, err
 	}
 	// The signed claims carry what the store holds: a mismatch needs no
 	// round trip. The store compares again, atomically, before deleting.
-	if c.Purpose != purpose {
+	switch {
+	case c.Purpose != purpose:
+		if err != nil {
+			return Claims{}, err
+		}
 		return Claims{}, ErrPurposeMismatch
-	}
-	if c.Subject != subject {
+	case c.Subject != subject:
+		if err != nil {
+			return Claims{}, err
+		}
 		return Claims{}, ErrSubjectMismatch
 	}
-	return c, nil
+	return c, err
 }
 
-// RedeemError returns the error of a redemption of the token c (checked
-// with Check) whose store answer was res: nil for store.Redeemed;
-// ErrPurposeMismatch and ErrSubjectMismatch (the token stays valid);
-// ErrUsed for store.Absent, or ErrExpired when c's exp has passed by the
-// service's clock (the store dropped the token inside the leeway), and
-// for store.Recorded, a token taken by its record, when the caller does
-// not answer from that record; ErrUnavailable for anything else.
-func (s *Service) RedeemError(c Claims, res store.RedeemResult) error {
+// redeemError returns the error of a redemption of the token c whose
+// store answer was res: nil for store.Redeemed; ErrPurposeMismatch and
+// ErrSubjectMismatch (the token stays valid); ErrUsed for store.Absent and
+// store.Recorded (a token taken by its record, when the caller does not
+// answer from it), or ErrExpired when c's exp has passed by the service's
+// clock (the store dropped the token inside the leeway).
+func (s *Service) redeemError(c Claims, res store.RedeemResult) error {
 	switch res {
 	case store.Redeemed:
 		return nil
@@ -535,7 +584,7 @@ func (s *Service) RedeemError(c Claims, res store.RedeemResult) error {
 		}
 		return ErrUsed
 	}
-	return fmt.Errorf("%w: unexpected store result %d", ErrUnavailable, res)
+	return fmt.Errorf("%w: unexpected store result %d", store.ErrUnavailable, res)
 }
 
 // Ping reports whether the store answers.

@@ -28,30 +28,42 @@ var (
 // countingStore counts the calls that reach the store.
 type countingStore struct {
 	store.Store
-	calls atomic.Int64
+	calls   atomic.Int64
+	lastTTL atomic.Int64 // of the last Put
 }
 
-func (c *countingStore) PutToken(ctx context.Context, id string, t store.Token, exp time.Time) (bool, error) {
+func (c *countingStore) Put(ctx context.Context, id string, t store.Token, ttl time.Duration) (bool, error) {
 	c.calls.Add(1)
-	return c.Store.PutToken(ctx, id, t, exp)
+	c.lastTTL.Store(int64(ttl))
+	return c.Store.Put(ctx, id, t, ttl)
 }
 
-func (c *countingStore) RedeemToken(ctx context.Context, id string, t store.Token) (store.RedeemResult, error) {
+func (c *countingStore) Redeem(ctx context.Context, id string, t store.Token, owner string, lease time.Duration) (store.RedeemResult, store.Record, error) {
 	c.calls.Add(1)
-	return c.Store.RedeemToken(ctx, id, t)
+	return c.Store.Redeem(ctx, id, t, owner, lease)
 }
 
 // brokenStore fails every call, as a store that cannot be reached does.
 type brokenStore struct{ store.Store }
 
-var errBroken = errors.New("connection refused")
+var errBroken = store.Unavailable("test", errors.New("connection refused"))
 
-func (brokenStore) PutToken(context.Context, string, store.Token, time.Time) (bool, error) {
+func (brokenStore) Put(context.Context, string, store.Token, time.Duration) (bool, error) {
 	return false, errBroken
 }
 
-func (brokenStore) RedeemToken(context.Context, string, store.Token) (store.RedeemResult, error) {
-	return 0, errBroken
+func (brokenStore) Redeem(context.Context, string, store.Token, string, time.Duration) (store.RedeemResult, store.Record, error) {
+	return 0, store.Record{}, errBroken
+}
+
+// answerStore answers every redemption with res.
+type answerStore struct {
+	store.Store
+	res store.RedeemResult
+}
+
+func (a *answerStore) Redeem(context.Context, string, store.Token, string, time.Duration) (store.RedeemResult, store.Record, error) {
+	return a.res, store.Record{}, nil
 }
 
 type clock struct {
@@ -138,8 +150,8 @@ func TestJWTShape(t *testing.T) {
 	if exp := claims["exp"].(float64); int64(exp) != is.ExpiresAt.Unix() {
 		t.Fatalf("exp = %v, want %d", exp, is.ExpiresAt.Unix())
 	}
-	if ttl, ok := f.store.Store.(*memory.Store).TTL(is.ID); !ok || ttl > time.Minute {
-		t.Fatalf("stored TTL = %v, %v; want at most the token's minute", ttl, ok)
+	if ttl := time.Duration(f.store.lastTTL.Load()); ttl <= 0 || ttl > time.Minute {
+		t.Fatalf("stored for %v; want at most the token's minute", ttl)
 	}
 }
 
@@ -308,13 +320,16 @@ func TestStoreFailureIsUnavailable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := svc.Issue(context.Background(), token.IssueRequest{}); !errors.Is(err, token.ErrUnavailable) {
-		t.Fatalf("issue: %v, want ErrUnavailable", err)
+	if _, err := svc.Issue(context.Background(), token.IssueRequest{}); !errors.Is(err, store.ErrUnavailable) {
+		t.Fatalf("issue: %v, want store.ErrUnavailable", err)
 	}
 	f := newFixture(t)
 	is := f.issue(t, token.IssueRequest{})
-	if _, err := svc.Redeem(context.Background(), is.Token, "", ""); !errors.Is(err, token.ErrUnavailable) {
-		t.Fatalf("redeem: %v, want ErrUnavailable", err)
+	if _, err := svc.Redeem(context.Background(), is.Token, "", ""); !errors.Is(err, store.ErrUnavailable) {
+		t.Fatalf("redeem: %v, want store.ErrUnavailable", err)
+	}
+	if _, _, _, err := svc.RedeemRecord(context.Background(), is.Token, "", "", "owner", time.Minute); !errors.Is(err, store.ErrUnavailable) {
+		t.Fatalf("redeem with a record: %v, want store.ErrUnavailable", err)
 	}
 }
 
@@ -432,7 +447,8 @@ func TestLifetimeIsAtLeastTheTTL(t *testing.T) {
 	c := &clock{t: time.Unix(1_800_000_000, 999_000_000)} // just before a second ends
 	mem := memory.New(memory.WithClock(c.Now))
 	t.Cleanup(func() { _ = mem.Close() })
-	svc, err := token.New(mem, []token.Key{keyA}, token.WithClock(c.Now), token.WithMachineID(1))
+	cs := &countingStore{Store: mem}
+	svc, err := token.New(cs, []token.Key{keyA}, token.WithClock(c.Now), token.WithMachineID(1))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -443,54 +459,43 @@ func TestLifetimeIsAtLeastTheTTL(t *testing.T) {
 	if life := is.ExpiresAt.Sub(c.Now()); life < 10*time.Second || life >= 11*time.Second || is.TTL != 10*time.Second {
 		t.Fatalf("lifetime %v, TTL %v; want [10s, 11s) and 10s", life, is.TTL)
 	}
-	if ttl, ok := mem.TTL(is.ID); !ok || !c.Now().Add(ttl).Equal(is.ExpiresAt) {
-		t.Fatalf("stored entry expires at %v, token at %v", c.Now().Add(ttl), is.ExpiresAt)
+	if ttl := time.Duration(cs.lastTTL.Load()); !c.Now().Add(ttl).Equal(is.ExpiresAt) {
+		t.Fatalf("stored entry kept for %v, until %v; the token expires at %v", ttl, c.Now().Add(ttl), is.ExpiresAt)
 	}
 }
 
-func TestCheckLeavesTheStoreAlone(t *testing.T) {
+func TestRefusalsFromTheClaimsLeaveTheStoreAlone(t *testing.T) {
 	f := newFixture(t)
 	is := f.issue(t, token.IssueRequest{Purpose: "checkout", Subject: "alice"})
-	unbound := f.issue(t, token.IssueRequest{})
 	tests := []struct {
 		name             string
 		tok              string
 		purpose, subject string
 		want             error
-		wantPurpose      string
 	}{
-		{"a good token", is.Token, "checkout", "alice", nil, "checkout"},
-		{"an empty purpose means the default", unbound.Token, "", "", nil, token.DefaultPurpose},
-		{"another purpose", is.Token, "login", "alice", token.ErrPurposeMismatch, ""},
-		{"another subject", is.Token, "checkout", "bob", token.ErrSubjectMismatch, ""},
-		{"a malformed purpose", is.Token, "a b", "alice", token.ErrBadRequest, ""},
-		{"a forged token", "a.b.c", "checkout", "alice", token.ErrInvalid, ""},
+		{"another purpose", is.Token, "login", "alice", token.ErrPurposeMismatch},
+		{"another subject", is.Token, "checkout", "bob", token.ErrSubjectMismatch},
+		{"a malformed purpose", is.Token, "a b", "alice", token.ErrBadRequest},
+		{"a forged token", "a.b.c", "checkout", "alice", token.ErrInvalid},
 	}
 	before := f.store.calls.Load()
 	for _, tc := range tests {
-		c, err := f.svc.Check(tc.tok, tc.purpose, tc.subject)
-		if !errors.Is(err, tc.want) || (err == nil) != (tc.want == nil) {
-			t.Fatalf("%s: err = %v, want %v", tc.name, err, tc.want)
+		if _, err := f.svc.Redeem(context.Background(), tc.tok, tc.purpose, tc.subject); !errors.Is(err, tc.want) {
+			t.Fatalf("%s: Redeem err = %v, want %v", tc.name, err, tc.want)
 		}
-		if err == nil && c.Purpose != tc.wantPurpose {
-			t.Fatalf("%s: claims purpose %q, want %q", tc.name, c.Purpose, tc.wantPurpose)
+		if _, _, _, err := f.svc.RedeemRecord(context.Background(), tc.tok, tc.purpose, tc.subject, "owner", time.Minute); !errors.Is(err, tc.want) {
+			t.Fatalf("%s: RedeemRecord err = %v, want %v", tc.name, err, tc.want)
 		}
 	}
 	if n := f.store.calls.Load() - before; n != 0 {
-		t.Fatalf("Check called the store %d times", n)
+		t.Fatalf("refusals called the store %d times", n)
 	}
 	if _, err := f.svc.Redeem(context.Background(), is.Token, "checkout", "alice"); err != nil {
-		t.Fatalf("the checked token no longer redeems: %v", err)
-	}
-	f.clock.Advance(token.DefaultTTL + token.MaxLeeway + time.Second)
-	if _, err := f.svc.Check(unbound.Token, "", ""); !errors.Is(err, token.ErrExpired) {
-		t.Fatalf("expired: err = %v, want ErrExpired", err)
+		t.Fatalf("the refused token no longer redeems: %v", err)
 	}
 }
 
-func TestRedeemError(t *testing.T) {
-	f := newFixture(t)
-	is := f.issue(t, token.IssueRequest{TTL: 10 * time.Second})
+func TestStoreAnswers(t *testing.T) {
 	tests := []struct {
 		name    string
 		res     store.RedeemResult
@@ -502,14 +507,67 @@ func TestRedeemError(t *testing.T) {
 		{"subject mismatch", store.SubjectMismatch, 0, token.ErrSubjectMismatch},
 		{"absent before exp is used", store.Absent, 0, token.ErrUsed},
 		{"taken by its record is used", store.Recorded, 0, token.ErrUsed},
-		{"an unknown result is unavailable", store.RedeemResult(99), 0, token.ErrUnavailable},
-		{"absent after exp is expired", store.Absent, 10 * time.Second, token.ErrExpired},
+		{"an unknown result is unavailable", store.RedeemResult(99), 0, store.ErrUnavailable},
+		{"absent inside the leeway after exp is expired", store.Absent, 10*time.Second + 2*time.Second, token.ErrExpired},
 	}
 	for _, tc := range tests {
-		f.clock.Advance(tc.advance)
-		if err := f.svc.RedeemError(is.Claims, tc.res); !errors.Is(err, tc.want) || (err == nil) != (tc.want == nil) {
-			t.Fatalf("%s: RedeemError = %v, want %v", tc.name, err, tc.want)
+		t.Run(tc.name, func(t *testing.T) {
+			c := &clock{t: time.Now().Truncate(time.Second)}
+			mem := memory.New(memory.WithClock(c.Now))
+			t.Cleanup(func() { _ = mem.Close() })
+			ans := &answerStore{Store: mem}
+			svc, err := token.New(ans, []token.Key{keyA}, token.WithClock(c.Now), token.WithMachineID(1))
+			if err != nil {
+				t.Fatal(err)
+			}
+			is, err := svc.Issue(context.Background(), token.IssueRequest{TTL: 10 * time.Second})
+			if err != nil {
+				t.Fatal(err)
+			}
+			c.Advance(tc.advance)
+			ans.res = tc.res
+			if _, err := svc.Redeem(context.Background(), is.Token, "", ""); !errors.Is(err, tc.want) || (err == nil) != (tc.want == nil) {
+				t.Fatalf("Redeem = %v, want %v", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestRedeemRecord(t *testing.T) {
+	ctx := context.Background()
+	f := newFixture(t)
+	is := f.issue(t, token.IssueRequest{Purpose: "checkout", TTL: 10 * time.Second})
+
+	c, rec, found, err := f.svc.RedeemRecord(ctx, is.Token, "checkout", "", "owner-1", time.Minute)
+	if err != nil || found || c.ID != is.ID || rec.Owner != "owner-1" || rec.Completed {
+		t.Fatalf("first = %+v, %+v, %v, %v; want the claims and owner-1's processing record", c, rec, found, err)
+	}
+	// A duplicate finds the record, with or without an owner of its own.
+	for _, owner := range []string{"owner-2", ""} {
+		if _, rec, found, err := f.svc.RedeemRecord(ctx, is.Token, "checkout", "", owner, time.Minute); err != nil || !found || rec.Owner != "owner-1" {
+			t.Fatalf("duplicate (owner %q) = %+v, %v, %v; want owner-1's record found", owner, rec, found, err)
 		}
+	}
+	// Redeem does not answer from records: the token is used.
+	if _, err := f.svc.Redeem(ctx, is.Token, "checkout", ""); !errors.Is(err, token.ErrUsed) {
+		t.Fatalf("Redeem of a recorded token = %v, want ErrUsed", err)
+	}
+	if ok, err := f.store.Complete(ctx, store.TokenRecordKey(is.ID), "owner-1", []byte("303"), time.Hour); err != nil || !ok {
+		t.Fatalf("Complete = %v, %v", ok, err)
+	}
+	// After the token's exp its record still answers; another purpose does not.
+	f.clock.Advance(time.Minute)
+	if _, rec, found, err := f.svc.RedeemRecord(ctx, is.Token, "checkout", "", "owner-3", time.Minute); err != nil || !found || !rec.Completed || string(rec.Response) != "303" {
+		t.Fatalf("late duplicate = %+v, %v, %v; want the completed record", rec, found, err)
+	}
+	if _, _, _, err := f.svc.RedeemRecord(ctx, is.Token, "login", "", "owner-3", time.Minute); !errors.Is(err, token.ErrExpired) {
+		t.Fatalf("late duplicate for another purpose = %v, want ErrExpired", err)
+	}
+	// An expired token without a record is never redeemed.
+	late := f.issue(t, token.IssueRequest{TTL: 10 * time.Second})
+	f.clock.Advance(time.Minute)
+	if _, _, found, err := f.svc.RedeemRecord(ctx, late.Token, "", "", "owner-4", time.Minute); !errors.Is(err, token.ErrExpired) || found {
+		t.Fatalf("expired token = %v, %v; want ErrExpired", found, err)
 	}
 }
 
@@ -524,7 +582,7 @@ func TestParseExpired(t *testing.T) {
 		tok    string
 		wantID string // "" when refused with ErrInvalid
 	}{
-		{"a live token", is.Token, is.ID},
+		{"an expired token", is.Token, is.ID},
 		{"an expired token in another header form", sign(`{"alg":"HS256","kid":"a"}`, expiredClaims, keyA.Secret), "1"},
 		{"an expired token with a bad signature", sign(`{"alg":"HS256","kid":"a"}`, expiredClaims, keyB.Secret), ""},
 		{"an expired token with this service's header and a bad signature", parts[0] + "." + base64.RawURLEncoding.EncodeToString([]byte(expiredClaims)) + "." + parts[2], ""},
@@ -536,15 +594,12 @@ func TestParseExpired(t *testing.T) {
 	}
 	f.clock.Advance(time.Hour) // every token above has expired by now
 	for _, tc := range tests {
-		c, err := f.svc.ParseExpired(tc.tok)
+		c, err := f.svc.Parse(tc.tok)
 		switch {
-		case tc.wantID == "" && !errors.Is(err, token.ErrInvalid):
-			t.Errorf("%s: err = %v, want ErrInvalid", tc.name, err)
-		case tc.wantID != "" && (err != nil || c.ID != tc.wantID):
-			t.Errorf("%s: = %+v, %v; want ID %s", tc.name, c, err, tc.wantID)
+		case tc.wantID == "" && (!errors.Is(err, token.ErrInvalid) || c != token.Claims{}):
+			t.Errorf("%s: = %+v, %v; want no claims and ErrInvalid", tc.name, c, err)
+		case tc.wantID != "" && (!errors.Is(err, token.ErrExpired) || c.ID != tc.wantID):
+			t.Errorf("%s: = %+v, %v; want ID %s with ErrExpired", tc.name, c, err, tc.wantID)
 		}
-	}
-	if _, err := f.svc.Parse(is.Token); !errors.Is(err, token.ErrExpired) {
-		t.Fatalf("Parse of the expired token = %v, want ErrExpired", err)
 	}
 }

@@ -18,9 +18,13 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/replayguard/replayguard/gateway"
+	"github.com/replayguard/replayguard/guard"
 	"github.com/replayguard/replayguard/handlers"
+	"github.com/replayguard/replayguard/idempotency"
+	"github.com/replayguard/replayguard/replay"
 	"github.com/replayguard/replayguard/store"
 	"github.com/replayguard/replayguard/store/memory"
+	redisstore "github.com/replayguard/replayguard/store/redis"
 	"github.com/replayguard/replayguard/token"
 )
 
@@ -74,6 +78,46 @@ func redisSettings(c *config) []string {
 	return set
 }
 
+// Defaults of the server's own settings; every other default is its
+// package's constant.
+const (
+	defaultAddr            = ":8080"
+	defaultShutdownTimeout = 8 * time.Second
+)
+
+// duration writes d as a setting's default: the shortest Go duration that
+// parses back to it (5m, not 5m0s).
+func duration(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
+}
+
+// size writes n bytes as a setting's default, in MiB or KiB when whole.
+func size(n int) string {
+	switch {
+	case n%(1<<20) == 0:
+		return strconv.Itoa(n>>20) + "MiB"
+	case n%(1<<10) == 0:
+		return strconv.Itoa(n>>10) + "KiB"
+	}
+	return strconv.Itoa(n)
+}
+
+// rate writes l as REPLAYGUARD_ISSUE_RATE does: N/s, N/m or N/h.
+func rate(l store.Limit) string {
+	if l.IsZero() {
+		return "0"
+	}
+	unit := map[time.Duration]string{time.Second: "s", time.Minute: "m", time.Hour: "h"}[l.Period]
+	return strconv.Itoa(l.Rate) + "/" + unit
+}
+
 // setting is one configuration variable and the flag that mirrors it.
 type setting struct {
 	env, flag, def, usage string
@@ -83,7 +127,7 @@ type setting struct {
 
 // settings lists every variable the server reads, in README order.
 var settings = []setting{
-	{"REPLAYGUARD_ADDR", "addr", ":8080", "listen address (any Go listen address)", false,
+	{"REPLAYGUARD_ADDR", "addr", defaultAddr, "listen address (any Go listen address)", false,
 		func(c *config, v string) error { c.Addr = v; return nil }},
 	{"REPLAYGUARD_SIGNING_KEYS", "signing-keys", "", "comma-separated kid:base64key HS256 keys; the first signs, all verify (at least 32 bytes each)", true,
 		func(c *config, v string) (err error) {
@@ -107,33 +151,36 @@ var settings = []setting{
 			c.MachineID = &id
 			return nil
 		}},
-	{"REPLAYGUARD_TOKEN_TTL", "token-ttl", "5m", "default token lifetime, within [10s, max TTL]", false,
+	{"REPLAYGUARD_TOKEN_TTL", "token-ttl", duration(token.DefaultTTL), "default token lifetime, within [10s, max TTL]", false,
 		func(c *config, v string) (err error) { c.TokenTTL, err = parseDuration(v); return err }},
-	{"REPLAYGUARD_TOKEN_MAX_TTL", "token-max-ttl", "1h", "longest lifetime a request may ask for", false,
+	{"REPLAYGUARD_TOKEN_MAX_TTL", "token-max-ttl", duration(token.DefaultMaxTTL), "longest lifetime a request may ask for", false,
 		func(c *config, v string) (err error) { c.TokenMaxTTL, err = parseDuration(v); return err }},
 	{"REPLAYGUARD_CLIENT_KEYS", "client-keys", "", "path of the JSON client keys file for signed requests (RFC 9421); re-read on SIGHUP", false,
 		func(c *config, v string) error { c.ClientKeys = v; return nil }},
-	{"REPLAYGUARD_REPLAY_WINDOW", "replay-window", "5m", "how far a signature's created time may lie from the server's clock, either side", false,
+	{"REPLAYGUARD_REPLAY_WINDOW", "replay-window", duration(replay.DefaultWindow), "how far a signature's created time may lie from the server's clock, either side", false,
 		func(c *config, v string) (err error) { c.ReplayWindow, err = parseDuration(v); return err }},
-	{"REPLAYGUARD_IDEMPOTENCY_LOCK_TTL", "idempotency-lock-ttl", "60s", "lease of a processing idempotency record, renewed while the request runs; a crashed request blocks its key this long (at least 1s)", false,
+	{"REPLAYGUARD_IDEMPOTENCY_LOCK_TTL", "idempotency-lock-ttl", duration(idempotency.DefaultLockTTL), "lease of a processing idempotency record, renewed while the request runs; a crashed request blocks its key this long (at least 1s)", false,
 		func(c *config, v string) (err error) {
-			if c.IdempotencyLockTTL, err = parseDuration(v); err == nil && c.IdempotencyLockTTL < gateway.MinLockTTL {
-				err = fmt.Errorf("must be at least %v", gateway.MinLockTTL)
+			if c.IdempotencyLockTTL, err = parseDuration(v); err == nil && c.IdempotencyLockTTL < idempotency.MinLockTTL {
+				err = fmt.Errorf("must be at least %v", idempotency.MinLockTTL)
 			}
 			return err
 		}},
-	{"REPLAYGUARD_IDEMPOTENCY_RETENTION", "idempotency-retention", "24h", "how long a completed idempotency record, and the response it replays, is kept", false,
+	{"REPLAYGUARD_IDEMPOTENCY_RETENTION", "idempotency-retention", duration(idempotency.DefaultRetention), "how long a completed idempotency record, and the response it replays, is kept", false,
 		func(c *config, v string) (err error) {
 			if c.IdempotencyRetention, err = parseDuration(v); err == nil && c.IdempotencyRetention <= 0 {
 				err = errors.New("must be positive")
 			}
 			return err
 		}},
-	{"REPLAYGUARD_IDEMPOTENCY_MAX_BODY", "idempotency-max-body", "1MiB", "largest response body an idempotency record stores, in bytes or with a KiB or MiB suffix (at most 64MiB)", false,
-		func(c *config, v string) (err error) { c.IdempotencyMaxBody, err = gateway.ParseSize(v); return err }},
-	{"REPLAYGUARD_IDEMPOTENCY_SCOPE", "idempotency-scope", "client_ip", "whom a stored idempotency key belongs to: client_ip, or header:<Name> for a hash of that request header", false,
-		func(c *config, v string) (err error) { c.IdempotencyScope, err = handlers.ParseScope(v); return err }},
-	{"REPLAYGUARD_FINGERPRINT_WINDOW", "fingerprint-window", "2s", "how long fingerprint routes replay a keyless request's response to identical requests, from its completion", false,
+	{"REPLAYGUARD_IDEMPOTENCY_MAX_BODY", "idempotency-max-body", size(idempotency.DefaultMaxBody), "largest response body an idempotency record stores, in bytes or with a KiB or MiB suffix (at most 64MiB)", false,
+		func(c *config, v string) (err error) {
+			c.IdempotencyMaxBody, err = idempotency.ParseSize(v)
+			return err
+		}},
+	{"REPLAYGUARD_IDEMPOTENCY_SCOPE", "idempotency-scope", guard.DefaultScope, "whom a stored idempotency key belongs to: client_ip, or header:<Name> for a hash of that request header", false,
+		func(c *config, v string) (err error) { c.IdempotencyScope, err = guard.ParseScope(v); return err }},
+	{"REPLAYGUARD_FINGERPRINT_WINDOW", "fingerprint-window", duration(guard.DefaultFingerprintWindow), "how long fingerprint routes replay a keyless request's response to identical requests, from its completion", false,
 		func(c *config, v string) (err error) {
 			if c.FingerprintWindow, err = parseDuration(v); err == nil && c.FingerprintWindow <= 0 {
 				err = errors.New("must be positive")
@@ -197,7 +244,7 @@ var settings = []setting{
 			c.RedisClusterURL = o
 			return nil
 		}},
-	{"REPLAYGUARD_KEY_PREFIX", "key-prefix", "rg:", "prefix of every Redis key", false,
+	{"REPLAYGUARD_KEY_PREFIX", "key-prefix", redisstore.DefaultPrefix, "prefix of every Redis key", false,
 		func(c *config, v string) error {
 			if v == "" || strings.ContainsAny(v, "{}") {
 				return errors.New("must be non-empty and free of { and }, which Redis Cluster reads as a hash tag")
@@ -205,9 +252,9 @@ var settings = []setting{
 			c.KeyPrefix = v
 			return nil
 		}},
-	{"REPLAYGUARD_STORE_TIMEOUT", "store-timeout", "500ms", "deadline of every store call", false,
+	{"REPLAYGUARD_STORE_TIMEOUT", "store-timeout", duration(redisstore.DefaultTimeout), "deadline of every store call", false,
 		func(c *config, v string) (err error) { c.StoreTimeout, err = parseDuration(v); return err }},
-	{"REPLAYGUARD_MEMORY_MAX_ENTRIES", "memory-max-entries", "1000000", "live tokens the embedded store holds at most", false,
+	{"REPLAYGUARD_MEMORY_MAX_ENTRIES", "memory-max-entries", strconv.Itoa(memory.DefaultMaxEntries), "live tokens the embedded store holds at most", false,
 		func(c *config, v string) error {
 			n, err := strconv.Atoi(v)
 			if err != nil || n < 1 {
@@ -216,7 +263,7 @@ var settings = []setting{
 			c.MemoryMax = n
 			return nil
 		}},
-	{"REPLAYGUARD_ISSUE_RATE", "issue-rate", "120/m", "tokens per client IP as N/s, N/m or N/h (burst N); 0 turns it off", false,
+	{"REPLAYGUARD_ISSUE_RATE", "issue-rate", rate(handlers.DefaultIssueRate), "tokens per client IP as N/s, N/m or N/h (burst N); 0 turns it off", false,
 		func(c *config, v string) (err error) { c.IssueRate, err = parseRate(v); return err }},
 	{"REPLAYGUARD_CORS_ORIGINS", "cors-origins", "", "comma-separated exact origins allowed to issue tokens from a browser", false,
 		func(c *config, v string) error {
@@ -241,9 +288,9 @@ var settings = []setting{
 			}
 			return nil
 		}},
-	{"REPLAYGUARD_LOG_LEVEL", "log-level", "info", "debug, info, warn or error", false,
+	{"REPLAYGUARD_LOG_LEVEL", "log-level", strings.ToLower(slog.LevelInfo.String()), "debug, info, warn or error", false,
 		func(c *config, v string) error { return c.LogLevel.UnmarshalText([]byte(v)) }},
-	{"REPLAYGUARD_SHUTDOWN_TIMEOUT", "shutdown-timeout", "8s", "how long SIGTERM waits for in-flight requests before closing them (keep it under your orchestrator's grace period)", false,
+	{"REPLAYGUARD_SHUTDOWN_TIMEOUT", "shutdown-timeout", duration(defaultShutdownTimeout), "how long SIGTERM waits for in-flight requests before closing them (keep it under your orchestrator's grace period)", false,
 		func(c *config, v string) (err error) { c.ShutdownTimeout, err = parseDuration(v); return err }},
 }
 

@@ -20,8 +20,8 @@ import (
 	"time"
 
 	"github.com/replayguard/replayguard/gateway"
-	"github.com/replayguard/replayguard/handlers"
 	"github.com/replayguard/replayguard/internal/testenv"
+	"github.com/replayguard/replayguard/problem"
 	"github.com/replayguard/replayguard/replay"
 )
 
@@ -334,7 +334,7 @@ type result struct {
 }
 
 func (r result) code() string {
-	var p handlers.Problem
+	var p problem.Problem
 	_ = json.Unmarshal([]byte(r.body), &p)
 	return p.Code
 }

@@ -28,7 +28,9 @@ import (
 	"github.com/replayguard/replayguard/gateway"
 	"github.com/replayguard/replayguard/handlers"
 	"github.com/replayguard/replayguard/idempotency"
+	"github.com/replayguard/replayguard/internal/request"
 	"github.com/replayguard/replayguard/metrics"
+	"github.com/replayguard/replayguard/problem"
 	"github.com/replayguard/replayguard/replay"
 	"github.com/replayguard/replayguard/store"
 	"github.com/replayguard/replayguard/store/memory"
@@ -113,6 +115,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, out io.
 		handlers.WithLogger(log),
 		handlers.WithAPIKeys(cfg.APIKeys...),
 		handlers.WithCORSOrigins(cfg.CORSOrigins...),
+		handlers.WithTrustedProxies(cfg.TrustedProxies...),
 	}
 	if lim, ok := inst.(store.Limiter); ok {
 		opts = append(opts, handlers.WithIssueRate(lim, cfg.IssueRate))
@@ -136,7 +139,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, out io.
 		idempotency.WithRetention(cfg.IdempotencyRetention),
 		idempotency.WithMaxBody(cfg.IdempotencyMaxBody))
 	opts = append(opts, handlers.WithRecords(keeper))
-	engine, err := handlers.New(svc, opts...).Engine(handlers.EngineConfig{TrustedProxies: cfg.TrustedProxies, Logger: log})
+	engine, err := handlers.New(svc, opts...).Engine()
 	if err != nil {
 		return fmt.Errorf("REPLAYGUARD_TRUSTED_PROXIES: %w", err)
 	}
@@ -150,7 +153,6 @@ func run(ctx context.Context, args []string, getenv func(string) string, out io.
 			gateway.WithVerifier(ver),
 			gateway.WithScope(cfg.IdempotencyScope),
 			gateway.WithFingerprintWindow(cfg.FingerprintWindow),
-			gateway.WithClientIP(ginClientIP),
 			gateway.WithLogger(log),
 			gateway.WithMetrics(m))
 		if err != nil {
@@ -237,8 +239,6 @@ func replayguardPath(path string) bool {
 		path == "/healthz" || path == "/readyz" || path == "/metrics"
 }
 
-type clientIPKey struct{}
-
 // serveGateway is the engine's NoRoute handler in gateway mode: paths
 // that are not Replayguard's go to gw, with Gin's client IP (which
 // believes only REPLAYGUARD_TRUSTED_PROXIES) for gw's scope and
@@ -247,17 +247,11 @@ func serveGateway(gw *gateway.Gateway) gin.HandlerFunc {
 	return func(c *gin.Context) {
 		if replayguardPath(c.Request.URL.Path) {
 			c.Abort()
-			handlers.WriteProblem(c.Writer, c.Request, handlers.ErrNotFound)
+			problem.Write(c.Writer, problem.ErrNotFound)
 			return
 		}
-		gw.ServeHTTP(c.Writer, c.Request.WithContext(context.WithValue(c.Request.Context(), clientIPKey{}, c.ClientIP())))
+		gw.ServeHTTP(c.Writer, request.WithClientIP(c.Request, c.ClientIP()))
 	}
-}
-
-// ginClientIP is the client IP serveGateway put in r's context.
-func ginClientIP(r *http.Request) string {
-	ip, _ := r.Context().Value(clientIPKey{}).(string)
-	return ip
 }
 
 // verifier checks signed requests with the client keys, recording nonces

@@ -14,7 +14,6 @@ import (
 	"testing"
 
 	"github.com/replayguard/replayguard/gateway"
-	"github.com/replayguard/replayguard/handlers"
 	"github.com/replayguard/replayguard/idempotency"
 	"github.com/replayguard/replayguard/store/memory"
 	rgtoken "github.com/replayguard/replayguard/token"
@@ -132,7 +131,7 @@ func send(t *testing.T, srv *httptest.Server, path, contentType, body string, he
 		status:   resp.StatusCode,
 		location: resp.Header.Get("Location"),
 		body:     string(data),
-		replayed: resp.Header.Get(handlers.IdempotentReplayedHeader),
+		replayed: resp.Header.Get(idempotency.ReplayedHeader),
 		ctype:    resp.Header.Get("Content-Type"),
 	}
 }

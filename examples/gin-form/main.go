@@ -26,7 +26,10 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/replayguard/replayguard/guard"
 	"github.com/replayguard/replayguard/handlers"
+	"github.com/replayguard/replayguard/problem"
+	"github.com/replayguard/replayguard/store"
 	"github.com/replayguard/replayguard/store/memory"
 	"github.com/replayguard/replayguard/token"
 )
@@ -96,13 +99,14 @@ func newApp(st *memory.Store, keySpec string) (http.Handler, error) {
 	// The token API, for pages that fetch tokens with JavaScript.
 	handlers.Mount(r, svc, handlers.WithIssueRate(st, handlers.DefaultIssueRate))
 
-	guard := handlers.NewGuard(svc, handlers.WithErrorHandler(http.HandlerFunc(refused)))
+	// Refused forms get an HTML page instead of problem+json.
+	errorPage := guard.WithErrorHandler(http.HandlerFunc(refused))
 
 	r.GET("/", func(c *gin.Context) {
 		// Every rendering gets a fresh token.
-		field, err := guard.Field(c.Request, purpose)
+		field, err := guard.Field(c.Request, svc, purpose)
 		if err != nil {
-			handlers.WriteProblem(c.Writer, c.Request, err) // store full or unavailable
+			problem.Write(c.Writer, err) // store full or unavailable
 			return
 		}
 		mu.Lock()
@@ -113,7 +117,7 @@ func newApp(st *memory.Store, keySpec string) (http.Handler, error) {
 	})
 
 	// The handler runs only after the token was redeemed, exactly once.
-	r.POST("/comments", guard.RequireToken(purpose), func(c *gin.Context) {
+	r.POST("/comments", guard.Gin(guard.RequireToken(svc, purpose, errorPage)), func(c *gin.Context) {
 		text := c.PostForm("text")
 		mu.Lock()
 		comments = append(comments, text)
@@ -141,21 +145,21 @@ func newService(st *memory.Store, keySpec string) (*token.Service, error) {
 	return token.New(st, keys, token.WithMachineID(1))
 }
 
-// refused renders the page for a form the Guard refused, with the
+// refused renders the page for a form RequireToken refused, with the
 // problem's status (409 for a replay).
 func refused(w http.ResponseWriter, r *http.Request) {
-	reason := handlers.FailureReason(r)
+	reason := guard.FailureReason(r)
 	msg := "This form could not be accepted. Reload the page and try again."
 	switch {
 	case errors.Is(reason, token.ErrUsed):
 		msg = "This form was already posted; it is not posted twice."
 	case errors.Is(reason, token.ErrExpired):
 		msg = "This form has expired. Reload the page and post it again."
-	case errors.Is(reason, token.ErrUnavailable), errors.Is(reason, token.ErrStoreFull):
+	case errors.Is(reason, store.ErrUnavailable), errors.Is(reason, store.ErrFull):
 		msg = "We could not check this form just now, so it was not posted. Try again in a moment."
 	}
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.Header().Set("Cache-Control", "no-store")
-	w.WriteHeader(handlers.ProblemFor(reason).Status)
+	w.WriteHeader(problem.For(reason).Status)
 	_ = pages.ExecuteTemplate(w, "refused", msg)
 }

@@ -1,6 +1,6 @@
 // Command nethttp is the gin-form example with the standard library only:
 // a comment form rendered with a single-use token in a hidden field, and
-// a POST route wrapped in Guard.RequireTokenHandler, so each rendering of
+// a POST route wrapped in guard.RequireToken, so each rendering of
 // the form is posted at most once.
 //
 // Run it with
@@ -22,7 +22,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/replayguard/replayguard/handlers"
+	"github.com/replayguard/replayguard/guard"
+	"github.com/replayguard/replayguard/problem"
+	"github.com/replayguard/replayguard/store"
 	"github.com/replayguard/replayguard/store/memory"
 	"github.com/replayguard/replayguard/token"
 )
@@ -72,7 +74,7 @@ func main() {
 
 // app holds the comments posted so far.
 type app struct {
-	guard    *handlers.Guard
+	tokens   *token.Service
 	mu       sync.Mutex
 	comments []string
 }
@@ -97,19 +99,21 @@ func newApp(st *memory.Store, keySpec string) (http.Handler, error) {
 	if err != nil {
 		return nil, err
 	}
-	a := &app{guard: handlers.NewGuard(svc, handlers.WithErrorHandler(http.HandlerFunc(refused)))}
+	a := &app{tokens: svc}
 
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /{$}", a.form)
-	// post runs only after the token was redeemed, exactly once.
-	mux.Handle("POST /comments", a.guard.RequireTokenHandler(purpose)(http.HandlerFunc(a.post)))
+	// post runs only after the token was redeemed, exactly once; refused
+	// forms get an HTML page instead of problem+json.
+	protect := guard.RequireToken(svc, purpose, guard.WithErrorHandler(http.HandlerFunc(refused)))
+	mux.Handle("POST /comments", protect(http.HandlerFunc(a.post)))
 	return mux, nil
 }
 
 func (a *app) form(w http.ResponseWriter, r *http.Request) {
-	field, err := a.guard.Field(r, purpose) // a fresh token per rendering
+	field, err := guard.Field(r, a.tokens, purpose) // a fresh token per rendering
 	if err != nil {
-		handlers.WriteProblem(w, r, err) // store full or unavailable
+		problem.Write(w, err) // store full or unavailable
 		return
 	}
 	a.mu.Lock()
@@ -129,21 +133,21 @@ func (a *app) post(w http.ResponseWriter, r *http.Request) {
 	_ = pages.ExecuteTemplate(w, "posted", text)
 }
 
-// refused renders the page for a form the Guard refused, with the
+// refused renders the page for a form RequireToken refused, with the
 // problem's status (409 for a replay).
 func refused(w http.ResponseWriter, r *http.Request) {
-	reason := handlers.FailureReason(r)
+	reason := guard.FailureReason(r)
 	msg := "This form could not be accepted. Reload the page and try again."
 	switch {
 	case errors.Is(reason, token.ErrUsed):
 		msg = "This form was already posted; it is not posted twice."
 	case errors.Is(reason, token.ErrExpired):
 		msg = "This form has expired. Reload the page and post it again."
-	case errors.Is(reason, token.ErrUnavailable), errors.Is(reason, token.ErrStoreFull):
+	case errors.Is(reason, store.ErrUnavailable), errors.Is(reason, store.ErrFull):
 		msg = "We could not check this form just now, so it was not posted. Try again in a moment."
 	}
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.Header().Set("Cache-Control", "no-store")
-	w.WriteHeader(handlers.ProblemFor(reason).Status)
+	w.WriteHeader(problem.For(reason).Status)
 	_ = pages.ExecuteTemplate(w, "refused", msg)
 }

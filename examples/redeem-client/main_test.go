@@ -39,8 +39,7 @@ func newServer(t *testing.T) (*httptest.Server, *token.Service) {
 	// The Keeper shares the token service's store: a token's record lives
 	// beside the token.
 	keeper := idempotency.New(st)
-	engine, err := handlers.New(svc, handlers.WithAPIKeys(testAPIKey), handlers.WithLogger(logger), handlers.WithRecords(keeper)).
-		Engine(handlers.EngineConfig{Logger: logger})
+	engine, err := handlers.New(svc, handlers.WithAPIKeys(testAPIKey), handlers.WithLogger(logger), handlers.WithRecords(keeper)).Engine()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,8 +1,3 @@
-// Package storetest is the conformance suite every store.Store runs.
-//
-// Each implementation calls Run from its own tests with a factory for
-// fresh, isolated instances, so that memory, miniredis, Redis and Redis
-// Cluster are held to exactly the same semantics.
 package storetest
 
 import (

@@ -10,7 +10,6 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/replayguard/replayguard/handlers"
 	"github.com/replayguard/replayguard/store"
 	"github.com/replayguard/replayguard/store/memory"
 	"github.com/replayguard/replayguard/token"
@@ -98,7 +97,7 @@ func raceRedemptions(t *testing.T, n int, servers ...*server) {
 					continue
 				}
 				req.Header.Set("Content-Type", "application/json")
-				req.Header.Set(handlers.TokenHeader, tok.Token)
+				req.Header.Set(token.Header, tok.Token)
 				attempts.Go(func() {
 					<-start
 					r, err := send(s.Client, req)

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/replayguard/replayguard/handlers"
+	"github.com/replayguard/replayguard/problem"
 	"github.com/replayguard/replayguard/store"
 	"github.com/replayguard/replayguard/store/memory"
 	"github.com/replayguard/replayguard/store/storetest"
@@ -335,7 +336,7 @@ func TestContract(t *testing.T) {
 		{name: "redeem takes the purpose from the query",
 			send: func(t *testing.T, e *contractEnv) (reply, issued) {
 				tok := e.open.issue(t, `{"purpose":"checkout"}`)
-				return e.open.do(t, http.MethodPost, "/v1/tokens/redeem?purpose=checkout", "", handlers.TokenHeader, tok.Token), tok
+				return e.open.do(t, http.MethodPost, "/v1/tokens/redeem?purpose=checkout", "", token.Header, tok.Token), tok
 			}, status: 200,
 			check: func(t *testing.T, _ *contractEnv, r reply, tok issued) { wantRedeemed(t, r, tok.ID, "checkout", "") }},
 		{name: "redeem without a purpose does not match a purposed token",
@@ -352,7 +353,7 @@ func TestContract(t *testing.T) {
 		{name: "redeem with a bad purpose in the query",
 			send: func(t *testing.T, e *contractEnv) (reply, issued) {
 				tok := e.open.issue(t, "")
-				return e.open.do(t, http.MethodPost, "/v1/tokens/redeem?purpose=a%20b", "", handlers.TokenHeader, tok.Token), tok
+				return e.open.do(t, http.MethodPost, "/v1/tokens/redeem?purpose=a%20b", "", token.Header, tok.Token), tok
 			}, status: 400, code: "invalid_request", check: stillRedeemable(open, token.DefaultPurpose, "")},
 		{name: "purpose mismatch leaves the token valid", send: redeemWith(open, `{"purpose":"checkout"}`, nil, `{"purpose":"login"}`),
 			status: 403, code: "purpose_mismatch", check: stillRedeemable(open, "checkout", "")},
@@ -448,8 +449,8 @@ func TestContract(t *testing.T) {
 			} else if r.Status != c.status {
 				t.Fatalf("status %d, want %d: %s", r.Status, c.status, r.Body)
 			}
-			if r.Header.Get(handlers.RequestIDHeader) == "" {
-				t.Errorf("no %s on the response", handlers.RequestIDHeader)
+			if r.Header.Get(problem.RequestIDHeader) == "" {
+				t.Errorf("no %s on the response", problem.RequestIDHeader)
 			}
 			if c.check != nil {
 				c.check(t, e, r, tok)
@@ -622,21 +623,21 @@ func TestRequestID(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			var h []string
 			if c.incoming != "" {
-				h = []string{handlers.RequestIDHeader, c.incoming}
+				h = []string{problem.RequestIDHeader, c.incoming}
 			}
 			for _, path := range []string{"/healthz", "/v1/nothing"} {
 				r := s.do(t, http.MethodGet, path, "", h...)
-				got := r.Header.Get(handlers.RequestIDHeader)
+				got := r.Header.Get(problem.RequestIDHeader)
 				switch {
 				case got == "":
-					t.Errorf("GET %s: no %s", path, handlers.RequestIDHeader)
+					t.Errorf("GET %s: no %s", path, problem.RequestIDHeader)
 				case c.kept && got != c.incoming:
-					t.Errorf("GET %s: %s = %q, want %q", path, handlers.RequestIDHeader, got, c.incoming)
+					t.Errorf("GET %s: %s = %q, want %q", path, problem.RequestIDHeader, got, c.incoming)
 				case !c.kept && got == c.incoming:
 					t.Errorf("GET %s: the malformed ID %q was echoed", path, got)
 				}
 				if path == "/v1/nothing" {
-					var p handlers.Problem
+					var p problem.Problem
 					decode(t, r, &p)
 					if p.RequestID != got {
 						t.Errorf("problem request_id = %q, want %q", p.RequestID, got)

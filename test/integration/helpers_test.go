@@ -23,6 +23,7 @@ import (
 	"github.com/replayguard/replayguard/handlers"
 	"github.com/replayguard/replayguard/internal/testenv"
 	"github.com/replayguard/replayguard/metrics"
+	"github.com/replayguard/replayguard/problem"
 	"github.com/replayguard/replayguard/store"
 	redisstore "github.com/replayguard/replayguard/store/redis"
 	"github.com/replayguard/replayguard/store/storetest"
@@ -102,33 +103,25 @@ type brokenStore struct{}
 
 var _ store.Store = brokenStore{}
 
-var errBroken = errors.New("dial tcp 10.9.8.7:6379: connect: connection refused")
+var errBroken = store.Unavailable("redis", errors.New("dial tcp 10.9.8.7:6379: connect: connection refused"))
 
-func (brokenStore) PutToken(context.Context, string, store.Token, time.Time) (bool, error) {
+func (brokenStore) Put(context.Context, string, store.Token, time.Duration) (bool, error) {
 	return false, errBroken
 }
 
-func (brokenStore) RedeemToken(context.Context, string, store.Token) (store.RedeemResult, error) {
-	return 0, errBroken
-}
-
-func (brokenStore) RedeemRecord(context.Context, string, store.Token, string, time.Time) (store.RedeemResult, store.Record, error) {
+func (brokenStore) Redeem(context.Context, string, store.Token, string, time.Duration) (store.RedeemResult, store.Record, error) {
 	return 0, store.Record{}, errBroken
 }
 
-func (brokenStore) PutNonce(context.Context, string, string, time.Time) (bool, error) {
-	return false, errBroken
-}
-
-func (brokenStore) Acquire(context.Context, string, string, string, time.Time) (store.Record, bool, error) {
+func (brokenStore) Acquire(context.Context, string, string, string, time.Duration) (store.Record, bool, error) {
 	return store.Record{}, false, errBroken
 }
 
-func (brokenStore) Renew(context.Context, string, string, time.Time) (bool, error) {
+func (brokenStore) Renew(context.Context, string, string, time.Duration) (bool, error) {
 	return false, errBroken
 }
 
-func (brokenStore) Complete(context.Context, string, string, []byte, time.Time) (bool, error) {
+func (brokenStore) Complete(context.Context, string, string, []byte, time.Duration) (bool, error) {
 	return false, errBroken
 }
 
@@ -187,7 +180,7 @@ func startServer(t testing.TB, st store.Store, cfg serverConfig) *server {
 	}
 	quiet := slog.New(slog.DiscardHandler)
 	api := handlers.New(svc, append([]handlers.Option{handlers.WithMetrics(m), handlers.WithLogger(quiet)}, cfg.apiOpts...)...)
-	engine, err := api.Engine(handlers.EngineConfig{Logger: quiet})
+	engine, err := api.Engine()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -326,7 +319,7 @@ func (s *server) issue(t testing.TB, body string, header ...string) issued {
 // JSON body and header pairs.
 func (s *server) redeem(t testing.TB, tok, body string, header ...string) reply {
 	t.Helper()
-	return s.do(t, http.MethodPost, "/v1/tokens/redeem", body, append([]string{handlers.TokenHeader, tok}, header...)...)
+	return s.do(t, http.MethodPost, "/v1/tokens/redeem", body, append([]string{token.Header, tok}, header...)...)
 }
 
 // wantRedeemed requires r to be 200 OK redeeming the token with id.
@@ -383,8 +376,8 @@ func wantProblem(t testing.TB, r reply, status int, code string) {
 	if got := str("code"); got != code {
 		t.Errorf("code = %q, want %q: %s", got, code, r.Body)
 	}
-	if got := str("type"); got != handlers.ProblemTypePrefix+code {
-		t.Errorf("type = %q, want %q", got, handlers.ProblemTypePrefix+code)
+	if got := str("type"); got != problem.TypePrefix+code {
+		t.Errorf("type = %q, want %q", got, problem.TypePrefix+code)
 	}
 	if str("title") == "" {
 		t.Errorf("title is empty: %s", r.Body)
@@ -397,8 +390,8 @@ func wantProblem(t testing.TB, r reply, status int, code string) {
 			t.Errorf("detail = %#v, want a string", d)
 		}
 	}
-	if id, ok := p["request_id"]; ok && id != r.Header.Get(handlers.RequestIDHeader) {
-		t.Errorf("request_id = %#v, want the X-Request-ID header %q", id, r.Header.Get(handlers.RequestIDHeader))
+	if id, ok := p["request_id"]; ok && id != r.Header.Get(problem.RequestIDHeader) {
+		t.Errorf("request_id = %#v, want the X-Request-ID header %q", id, r.Header.Get(problem.RequestIDHeader))
 	}
 }
 

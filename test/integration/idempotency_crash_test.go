@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/replayguard/replayguard/handlers"
+	"github.com/replayguard/replayguard/guard"
 	"github.com/replayguard/replayguard/idempotency"
 )
 
@@ -55,11 +55,11 @@ func TestIdempotencyCrashChild(t *testing.T) {
 		t.Fatal("no file descriptor 3 to report on")
 	}
 	st := openRedis(t, os.Getenv(envRedisURL), os.Getenv(crashPrefixEnv))
-	guard := handlers.NewIdempotencyGuard(idempotency.New(st, idempotency.WithLockTTL(crashLockTTL)),
-		handlers.WithIdempotencyLogger(slog.New(slog.DiscardHandler)))
+	idempotent := guard.Idempotent(idempotency.New(st, idempotency.WithLockTTL(crashLockTTL)),
+		guard.WithLogger(slog.New(slog.DiscardHandler)))
 	mux := http.NewServeMux()
-	mux.Handle("POST /orders", guard.IdempotentHandler()(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) {
-		_, _ = fmt.Fprintf(report, "started %s\n", r.Header.Get(handlers.IdempotencyKeyHeader))
+	mux.Handle("POST /orders", idempotent(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) {
+		_, _ = fmt.Fprintf(report, "started %s\n", r.Header.Get(idempotency.KeyHeader))
 		select {} // until SIGKILL
 	})))
 	ln, err := net.Listen("tcp", "127.0.0.1:0")

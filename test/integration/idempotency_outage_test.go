@@ -9,7 +9,6 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
-	"github.com/replayguard/replayguard/handlers"
 	"github.com/replayguard/replayguard/idempotency"
 	redisstore "github.com/replayguard/replayguard/store/redis"
 )
@@ -73,7 +72,7 @@ func TestIdempotencyRedisStopped(t *testing.T) {
 	midStarted, midFinish := make(chan struct{}), make(chan struct{})
 	var midHeld, midTimedOut atomic.Bool
 	app := &orderApp{hold: func(r *http.Request) {
-		if r.Header.Get(handlers.IdempotencyKeyHeader) != strconv.Quote(midKey) || !midHeld.CompareAndSwap(false, true) {
+		if r.Header.Get(idempotency.KeyHeader) != strconv.Quote(midKey) || !midHeld.CompareAndSwap(false, true) {
 			return
 		}
 		close(midStarted)

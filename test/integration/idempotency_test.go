@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/replayguard/replayguard/handlers"
+	"github.com/replayguard/replayguard/guard"
 	"github.com/replayguard/replayguard/idempotency"
 	"github.com/replayguard/replayguard/store"
 )
@@ -39,7 +39,7 @@ type orderApp struct {
 
 func (a *orderApp) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	n := a.total.Add(1)
-	key := r.Header.Get(handlers.IdempotencyKeyHeader)
+	key := r.Header.Get(idempotency.KeyHeader)
 	a.mu.Lock()
 	if a.byKey == nil {
 		a.byKey = map[string]int{}
@@ -69,7 +69,7 @@ func (a *orderApp) runs(key string) int {
 }
 
 // idemServer serves POST /orders through the Idempotency-Key middleware
-// (handlers.IdempotencyGuard over an idempotency.Keeper) on a real HTTP
+// (guard.Idempotent over an idempotency.Keeper) on a real HTTP
 // listener.
 type idemServer struct {
 	URL    string
@@ -87,10 +87,9 @@ func startIdemServer(t *testing.T, st store.Store, app http.Handler, wrap func(h
 			t.Errorf("closing the store: %v", err)
 		}
 	})
-	guard := handlers.NewIdempotencyGuard(idempotency.New(st, opts...),
-		handlers.WithIdempotencyLogger(slog.New(slog.DiscardHandler)))
+	idempotent := guard.Idempotent(idempotency.New(st, opts...), guard.WithLogger(slog.New(slog.DiscardHandler)))
 	mux := http.NewServeMux()
-	mux.Handle("POST /orders", guard.IdempotentHandler()(app))
+	mux.Handle("POST /orders", idempotent(app))
 	var h http.Handler = mux
 	if wrap != nil {
 		h = wrap(mux)
@@ -109,7 +108,7 @@ func orderRequest(base, key string) (*http.Request, error) {
 		return nil, err
 	}
 	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set(handlers.IdempotencyKeyHeader, strconv.Quote(key))
+	req.Header.Set(idempotency.KeyHeader, strconv.Quote(key))
 	return req, nil
 }
 
@@ -158,7 +157,7 @@ func (s *idemServer) orders(key string, n int) []answer {
 }
 
 // isReplay reports whether r says it is a stored response.
-func isReplay(r reply) bool { return r.Header.Get(handlers.IdempotentReplayedHeader) == "true" }
+func isReplay(r reply) bool { return r.Header.Get(idempotency.ReplayedHeader) == "true" }
 
 // isFresh reports whether r is an execution's own 201, not a replay.
 func isFresh(r reply) bool { return r.Status == http.StatusCreated && !isReplay(r) }
@@ -171,7 +170,7 @@ func wantFresh(t *testing.T, r reply) {
 		t.Fatalf("status %d, want the handler's 201: %s", r.Status, r.Body)
 	}
 	if isReplay(r) {
-		t.Errorf("the first execution's answer carries %s: %q", handlers.IdempotentReplayedHeader, r.Header.Get(handlers.IdempotentReplayedHeader))
+		t.Errorf("the first execution's answer carries %s: %q", idempotency.ReplayedHeader, r.Header.Get(idempotency.ReplayedHeader))
 	}
 	if r.Header.Get("Set-Cookie") == "" {
 		t.Errorf("the first execution's answer lost its Set-Cookie")
@@ -180,7 +179,7 @@ func wantFresh(t *testing.T, r reply) {
 
 // notReplayed are the headers a replay may not repeat (Set-Cookie), must
 // add (Idempotent-Replayed) or has its own of (Date).
-var notReplayed = map[string]bool{"Date": true, "Set-Cookie": true, handlers.IdempotentReplayedHeader: true}
+var notReplayed = map[string]bool{"Date": true, "Set-Cookie": true, idempotency.ReplayedHeader: true}
 
 // wantReplayOf requires r to be first served again: the same status and
 // body byte for byte, the same headers except Date, no Set-Cookie, and
@@ -193,8 +192,8 @@ func wantReplayOf(t *testing.T, first, r reply) {
 	if !bytes.Equal(r.Body, first.Body) {
 		t.Errorf("replay body %q, want the first answer's %q", r.Body, first.Body)
 	}
-	if got := r.Header.Values(handlers.IdempotentReplayedHeader); !slices.Equal(got, []string{"true"}) {
-		t.Errorf("replay %s = %q, want [true]", handlers.IdempotentReplayedHeader, got)
+	if got := r.Header.Values(idempotency.ReplayedHeader); !slices.Equal(got, []string{"true"}) {
+		t.Errorf("replay %s = %q, want [true]", idempotency.ReplayedHeader, got)
 	}
 	if got := r.Header.Values("Set-Cookie"); len(got) > 0 {
 		t.Errorf("replay repeats the first caller's Set-Cookie %q", got)
@@ -235,7 +234,7 @@ func wantStoreUnavailable(t *testing.T, r reply) {
 		t.Errorf("503 store_unavailable without Retry-After")
 	}
 	if isReplay(r) {
-		t.Errorf("503 with %s", handlers.IdempotentReplayedHeader)
+		t.Errorf("503 with %s", idempotency.ReplayedHeader)
 	}
 }
 

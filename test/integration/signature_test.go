@@ -25,6 +25,7 @@ import (
 	"github.com/dunglas/httpsfv"
 	"github.com/gin-gonic/gin"
 
+	"github.com/replayguard/replayguard/guard"
 	"github.com/replayguard/replayguard/handlers"
 	"github.com/replayguard/replayguard/replay"
 	"github.com/replayguard/replayguard/store"
@@ -525,10 +526,10 @@ func TestSignatureMiddlewareOverHTTP(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			st := memory.New()
 			t.Cleanup(func() { _ = st.Close() })
-			guard := handlers.NewSignatureGuard(replay.NewVerifier(keySource(t, partner), st))
+			signed := guard.RequireSignature(replay.NewVerifier(keySource(t, partner), st))
 			r := gin.New()
-			r.POST("/v1/orders", guard.RequireSignature(), func(c *gin.Context) {
-				res, _ := handlers.SignatureFrom(c.Request.Context())
+			r.POST("/v1/orders", guard.Gin(signed), func(c *gin.Context) {
+				res, _ := guard.SignatureFrom(c.Request.Context())
 				body, _ := io.ReadAll(c.Request.Body)
 				c.String(http.StatusCreated, "%s %s", res.KeyID, body)
 			})

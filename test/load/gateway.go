@@ -15,7 +15,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/replayguard/replayguard/handlers"
+	"github.com/replayguard/replayguard/idempotency"
 )
 
 // gatewayMode is one mode of the gateway benchmark (gateway.sh). Every
@@ -73,7 +73,7 @@ func keyHeader(key string) string {
 	if key == "" {
 		return ""
 	}
-	return handlers.IdempotencyKeyHeader
+	return idempotency.KeyHeader
 }
 
 // prepareGateway gives the run an ID that makes its keys and bodies its
@@ -115,12 +115,12 @@ func checkOrder(status int, h http.Header, body []byte, want *repeat) error {
 	if loc == "" {
 		return fmt.Errorf("201 without a Location: %s", truncate(body))
 	}
-	replayed := h.Get(handlers.IdempotentReplayedHeader)
+	replayed := h.Get(idempotency.ReplayedHeader)
 	switch {
 	case want == nil && replayed != "":
-		return fmt.Errorf("a new request was answered as a replay (%s: %q, Location %s)", handlers.IdempotentReplayedHeader, replayed, loc)
+		return fmt.Errorf("a new request was answered as a replay (%s: %q, Location %s)", idempotency.ReplayedHeader, replayed, loc)
 	case want != nil && replayed != "true":
-		return fmt.Errorf("a repeated request ran again instead of being replayed (%s: %q, Location %s, first answer's %s)", handlers.IdempotentReplayedHeader, replayed, loc, want.location)
+		return fmt.Errorf("a repeated request ran again instead of being replayed (%s: %q, Location %s, first answer's %s)", idempotency.ReplayedHeader, replayed, loc, want.location)
 	case want != nil && (loc != want.location || !bytes.Equal(body, want.answer)):
 		return fmt.Errorf("the replay differs from the first answer: Location %s, %s; want %s, %s", loc, truncate(body), want.location, truncate(want.answer))
 	}
@@ -143,7 +143,7 @@ func (r *runner) gatewayLoop(ctx context.Context, t *tally) {
 		if !ok {
 			continue
 		}
-		if h.Get(handlers.IdempotentReplayedHeader) == "true" {
+		if h.Get(idempotency.ReplayedHeader) == "true" {
 			t.replayed++
 		}
 		if err := checkOrder(st, h, answer, want); err != nil {

@@ -15,7 +15,6 @@ import (
 	"testing"
 
 	"github.com/replayguard/replayguard/gateway"
-	"github.com/replayguard/replayguard/handlers"
 	"github.com/replayguard/replayguard/idempotency"
 	"github.com/replayguard/replayguard/store/memory"
 )
@@ -122,7 +121,7 @@ func TestCheckOrder(t *testing.T) {
 		}
 		return h
 	}
-	replayed := handlers.IdempotentReplayedHeader
+	replayed := idempotency.ReplayedHeader
 	tests := []struct {
 		name    string
 		status  int

@@ -54,11 +54,11 @@ var categories = []category{
 	// heartbeat's goroutine, and so take whatever else a guarded request
 	// does below the guard (buffering, capture, replay writes).
 	{"upstream proxying (gateway forward, httputil, net/http Transport, its socket syscalls)", false, anyPrefix(rg+"gateway.(*Gateway).forward", "net/http/httputil.", "net/http.(*Transport)", "net/http.(*persistConn)", "net/http.persistConnWriter")},
-	{"request fingerprint (handlers fingerprint: canonical body, SHA-256)", true, anyPrefix(rg+"handlers.fingerprint", rg+"handlers.canonical")},
-	{"idempotency records (handlers IdempotencyGuard, idempotency, memory store records)", false, anyPrefix(rg+"handlers.(*IdempotencyGuard)", rg+"handlers.(*captureWriter)", rg+"handlers.bufferBody", rg+"handlers.writeStored", rg+"idempotency.", rg+"store/memory.(*Store).Acquire", rg+"store/memory.(*Store).update", rg+"store/memory.(*Store).Renew", rg+"store/memory.(*Store).Complete", rg+"store/memory.(*Store).Release")},
+	{"request fingerprint (guard fingerprint: canonical body, SHA-256)", true, anyPrefix(rg+"guard.fingerprint", rg+"guard.canonical")},
+	{"idempotency records (guard Idempotent, idempotency, memory store records)", false, anyPrefix(rg+"guard.(*settings).idempotent", rg+"guard.(*settings).record", rg+"guard.(*captureWriter)", rg+"internal/request.ReadBody", rg+"guard.writeStored", rg+"idempotency.", rg+"store/memory.(*Store).Acquire", rg+"store/memory.(*Store).update", rg+"store/memory.(*Store).Renew", rg+"store/memory.(*Store).Complete", rg+"store/memory.(*Store).Release")},
 	{"signature verification (replay, httpsfv, its crypto)", true, anyPrefix(rg+"replay.", "github.com/dunglas/httpsfv.")},
 	{"JWT sign / verify (token, golang-jwt, crypto)", true, anyPrefix("github.com/golang-jwt/", "github.com/goccy/go-json", rg+"token.(*Service).sign", rg+"token.(*Service).Parse", rg+"token.validMAC", rg+"token.(*macPool)", rg+"token.(*Service).decodeClaims", "crypto/")},
-	{"problem answers (handlers WriteProblem, ProblemFor)", true, anyPrefix(rg+"handlers.WriteProblem", rg+"handlers.ProblemFor", rg+"handlers.fail")},
+	{"problem answers (problem Write, For)", true, anyPrefix(rg+"problem.", rg+"handlers.fail")},
 	{"request IDs (handlers requestIDs)", true, anyPrefix(rg + "handlers.requestIDs")},
 	{"request body decoding (handlers readJSON, readVerifyRequest, base64)", true, anyPrefix(rg+"handlers.readJSON", rg+"handlers.readVerifyRequest", "encoding/base64.")},
 	{"JSON answers (gin render, encoding/json)", true, anyPrefix("github.com/gin-gonic/gin/render.", "github.com/gin-gonic/gin.(*Context).Render", "github.com/gin-gonic/gin.(*Context).JSON", "encoding/json.")},

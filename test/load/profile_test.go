@@ -86,7 +86,7 @@ func newStack(tb testing.TB, stack string, st store.Store) http.Handler {
 		api.Register(e)
 		return e
 	}
-	e, err := api.Engine(handlers.EngineConfig{Logger: log})
+	e, err := api.Engine()
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -31,6 +31,7 @@ import (
 
 	"github.com/replayguard/replayguard/handlers"
 	"github.com/replayguard/replayguard/internal/testenv"
+	"github.com/replayguard/replayguard/problem"
 	"github.com/replayguard/replayguard/store"
 	"github.com/replayguard/replayguard/store/memory"
 	"github.com/replayguard/replayguard/token"
@@ -137,7 +138,7 @@ type seen struct {
 func (u *upstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	body, _ := io.ReadAll(r.Body)
 	u.mu.Lock()
-	u.seen = append(u.seen, seen{r.URL.Path, r.Header.Get(handlers.TokenIDHeader), string(body)})
+	u.seen = append(u.seen, seen{r.URL.Path, r.Header.Get(token.IDHeader), string(body)})
 	u.mu.Unlock()
 	w.WriteHeader(http.StatusCreated)
 	_, _ = io.WriteString(w, "order placed\n")
@@ -168,7 +169,7 @@ func startReplayguard(t *testing.T, st store.Store, opts ...handlers.Option) *ht
 	if err != nil {
 		t.Fatal(err)
 	}
-	e, err := handlers.New(svc, opts...).Engine(handlers.EngineConfig{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	e, err := handlers.New(svc, append(opts, handlers.WithLogger(slog.New(slog.DiscardHandler)))...).Engine()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -325,9 +326,9 @@ func checkout(t *testing.T, base, path, tok string) answer {
 		t.Fatal(err)
 	}
 	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-	req.Header.Set(handlers.TokenIDHeader, "forged-by-the-client")
+	req.Header.Set(token.IDHeader, "forged-by-the-client")
 	if tok != "" {
-		req.Header.Set(handlers.TokenHeader, tok)
+		req.Header.Set(token.Header, tok)
 	}
 	res, err := client.Do(req)
 	if err != nil {
@@ -350,11 +351,11 @@ func wantProblem(t *testing.T, a answer, code string) {
 	if ct := a.header.Get("Content-Type"); ct != "application/problem+json" {
 		t.Fatalf("Content-Type %q, want application/problem+json; body %s", ct, a.body)
 	}
-	var p handlers.Problem
+	var p problem.Problem
 	if err := json.Unmarshal([]byte(a.body), &p); err != nil {
 		t.Fatalf("problem body %q: %v", a.body, err)
 	}
-	if p.Code != code || p.Status != http.StatusForbidden || p.Type != handlers.ProblemTypePrefix+code {
+	if p.Code != code || p.Status != http.StatusForbidden || p.Type != problem.TypePrefix+code {
 		t.Fatalf("problem %+v, want code %s", p, code)
 	}
 }
@@ -414,7 +415,7 @@ func TestNginxAuthRequest(t *testing.T) {
 		}
 		got := wantRuns(t, 1)[0]
 		if got.tokenID != id {
-			t.Fatalf("the app saw %s %q, want the token's ID %q (not the client's forged one)", handlers.TokenIDHeader, got.tokenID, id)
+			t.Fatalf("the app saw %s %q, want the token's ID %q (not the client's forged one)", token.IDHeader, got.tokenID, id)
 		}
 		if got.body != "item=book&qty=1" || got.path != "/checkout" {
 			t.Fatalf("the app got %+v", got)

@@ -1,7 +1,3 @@
-// Package sdk serves the Replayguard browser SDK from files embedded in
-// the binary: GET /sdk/replayguard.js (classic script),
-// /sdk/replayguard.mjs (ES module entry) and /sdk/replayguard.js.sri
-// (the script's Subresource Integrity hash).
 package sdk
 
 import (

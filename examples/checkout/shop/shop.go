@@ -32,7 +32,10 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/replayguard/replayguard/guard"
 	"github.com/replayguard/replayguard/handlers"
+	"github.com/replayguard/replayguard/problem"
+	"github.com/replayguard/replayguard/store"
 	"github.com/replayguard/replayguard/store/memory"
 	"github.com/replayguard/replayguard/token"
 	"github.com/replayguard/replayguard/web/sdk"
@@ -152,7 +155,7 @@ type App struct {
 	handler http.Handler
 	store   *memory.Store
 	tokens  *token.Service
-	guard   *handlers.Guard
+	refused guard.Option // the error page
 	delay   time.Duration
 	hold    func(context.Context)
 	formCC  string
@@ -180,7 +183,7 @@ func New(opts Options) (*App, error) {
 	if a.formCC == "" {
 		a.formCC = "private, no-cache"
 	}
-	a.guard = handlers.NewGuard(svc, handlers.WithErrorHandler(http.HandlerFunc(a.refused)))
+	a.refused = guard.WithErrorHandler(http.HandlerFunc(a.refusedPage))
 	a.handler = a.routes()
 	return a, nil
 }
@@ -235,12 +238,12 @@ func (a *App) routes() http.Handler {
 	// does not spend it: the form comes back with the same token.
 	r.POST("/orders", func(c *gin.Context) {
 		a.count(func(s *Stats) { s.Posts++ })
-	}, a.check, a.guard.RequireToken(Purpose), a.place)
+	}, a.check, guard.Gin(guard.RequireToken(a.tokens, Purpose, a.refused)), a.place)
 	r.GET("/orders", a.ordersPage)
 	r.POST(exportsPath, func(c *gin.Context) {
 		c.Next()
 		a.count(func(s *Stats) { s.ExportPosts++ })
-	}, a.guard.RequireToken(ExportPurpose), a.export)
+	}, guard.Gin(guard.RequireToken(a.tokens, ExportPurpose, a.refused)), a.export)
 	r.GET("/orders/:id", a.show)
 	r.GET("/stats", func(c *gin.Context) {
 		c.Header("Cache-Control", "no-store")
@@ -268,9 +271,9 @@ type ordersData struct {
 func (a *App) ordersPage(c *gin.Context) {
 	d := ordersData{Orders: a.Orders(), SRI: sdk.SRI}
 	if !a.noField {
-		field, err := a.guard.Field(c.Request, ExportPurpose)
+		field, err := guard.Field(c.Request, a.tokens, ExportPurpose)
 		if err != nil {
-			handlers.WriteProblem(c.Writer, c.Request, err)
+			problem.Write(c.Writer, err)
 			return
 		}
 		d.Field = field
@@ -317,9 +320,9 @@ type formData struct {
 // token in it.
 func (a *App) form(c *gin.Context, status int, page string, d formData) {
 	if d.Field == "" && !a.noField {
-		field, err := a.guard.Field(c.Request, Purpose)
+		field, err := guard.Field(c.Request, a.tokens, Purpose)
 		if err != nil {
-			handlers.WriteProblem(c.Writer, c.Request, err) // store full or unavailable
+			problem.Write(c.Writer, err) // store full or unavailable
 			return
 		}
 		d.Field = field
@@ -347,7 +350,7 @@ func (a *App) check(c *gin.Context) {
 	var field template.HTML // empty: a fresh token
 	if tok := requestToken(c.Request); tok != "" {
 		if claims, err := a.tokens.Parse(tok); err == nil && claims.Purpose == Purpose {
-			field = handlers.HiddenField(tok)
+			field = guard.HiddenField(tok)
 		}
 	}
 	a.form(c, http.StatusUnprocessableEntity, "invalid", formData{
@@ -360,18 +363,18 @@ const orderKey = "checkout.order"
 
 // requestToken is the token a request carries, where Guard looks for it.
 func requestToken(r *http.Request) string {
-	if tok := r.Header.Get(handlers.TokenHeader); tok != "" {
+	if tok := r.Header.Get(token.Header); tok != "" {
 		return tok
 	}
-	return r.PostFormValue(handlers.TokenField)
+	return r.PostFormValue(token.FormField)
 }
 
 // place runs once per token: RequireToken has redeemed it.
 func (a *App) place(c *gin.Context) {
-	claims, _ := handlers.TokenFrom(c.Request.Context())
+	claims, _ := guard.TokenFrom(c.Request.Context())
 	o, ok := c.Value(orderKey).(Order)
 	if !ok { // check did not run: a wiring bug
-		handlers.WriteProblem(c.Writer, c.Request, handlers.ErrInternal)
+		problem.Write(c.Writer, problem.ErrInternal)
 		return
 	}
 	if a.delay > 0 {
@@ -391,7 +394,7 @@ func (a *App) place(c *gin.Context) {
 	a.byToken[claims.ID] = o.ID
 	a.stats.Orders++
 	a.mu.Unlock()
-	handlers.SeeOther(c.Writer, c.Request, "/orders/"+strconv.Itoa(o.ID))
+	guard.SeeOther(c.Writer, c.Request, "/orders/"+strconv.Itoa(o.ID))
 }
 
 // parseOrder reads and checks the posted order.
@@ -449,11 +452,11 @@ type refusal struct {
 	Order                 int // the order the token placed, when known
 }
 
-// refused renders the page for a submission the Guard refused, with the
+// refusedPage renders the page for a submission RequireToken refused, with the
 // problem's status: 409 for an order that was already placed, 400, 401 or
 // 503 for a form that must be reloaded.
-func (a *App) refused(w http.ResponseWriter, r *http.Request) {
-	reason := handlers.FailureReason(r)
+func (a *App) refusedPage(w http.ResponseWriter, r *http.Request) {
+	reason := guard.FailureReason(r)
 	p := refusal{Title: "Please reload the form", Again: "Reload the order form"}
 	switch {
 	case errors.Is(reason, token.ErrUsed) && r.URL.Path == exportsPath:
@@ -471,14 +474,14 @@ func (a *App) refused(w http.ResponseWriter, r *http.Request) {
 		}
 	case errors.Is(reason, token.ErrExpired):
 		p.Message = "This form has expired. Reload it and send it again; no order was placed."
-	case errors.Is(reason, token.ErrUnavailable), errors.Is(reason, token.ErrStoreFull):
+	case errors.Is(reason, store.ErrUnavailable), errors.Is(reason, store.ErrFull):
 		p.Message = "We could not check this form just now, so no order was placed. Try again in a moment."
 	default:
 		p.Message = "This form could not be accepted, so no order was placed. Reload it and send it again."
 	}
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.Header().Set("Cache-Control", "no-store")
-	w.WriteHeader(handlers.ProblemFor(reason).Status)
+	w.WriteHeader(problem.For(reason).Status)
 	_ = pages.ExecuteTemplate(w, "refused", p)
 }
 

@@ -1,15 +1,11 @@
-package handlers_test
+package guard_test
 
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"mime/multipart"
 	"net/http"
 	"net/http/httptest"
@@ -22,47 +18,24 @@ import (
 	"time"
 
 	"github.com/gin-gonic/gin"
-	goredis "github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
 
-	"github.com/replayguard/replayguard/handlers"
+	"github.com/replayguard/replayguard/guard"
 	"github.com/replayguard/replayguard/idempotency"
-	"github.com/replayguard/replayguard/internal/testenv"
+	"github.com/replayguard/replayguard/problem"
 	"github.com/replayguard/replayguard/store"
 	"github.com/replayguard/replayguard/store/memory"
-	redisstore "github.com/replayguard/replayguard/store/redis"
-	"github.com/replayguard/replayguard/store/storetest"
 )
 
-// quiet discards the guard's log lines (the panics the tests provoke).
-var quiet = handlers.WithIdempotencyLogger(slog.New(slog.DiscardHandler))
-
-// newFakeClock returns a clock that moves only when told to.
-func newFakeClock() *storetest.Clock {
-	return storetest.NewClock(time.Date(2026, 5, 6, 7, 8, 9, 0, time.UTC))
-}
-
-// newRecordStore returns a memory store on clk (the real clock when nil),
-// closed with the test.
-func newRecordStore(t testing.TB, clk *storetest.Clock) *memory.Store {
-	t.Helper()
-	var opts []memory.Option
-	if clk != nil {
-		opts = append(opts, memory.WithClock(clk.Now))
-	}
-	st := memory.New(opts...)
-	t.Cleanup(func() { _ = st.Close() })
-	return st
-}
-
-// failingStore fails every Acquire with err.
+// failingStore fails every Acquire with err, as a store does: wrapped in
+// store.ErrUnavailable unless it is store.ErrFull.
 type failingStore struct {
 	store.Store
 	err error
 }
 
-func (f failingStore) Acquire(context.Context, string, string, string, time.Time) (store.Record, bool, error) {
-	return store.Record{}, false, f.err
+func (f failingStore) Acquire(context.Context, string, string, string, time.Duration) (store.Record, bool, error) {
+	return store.Record{}, false, store.Unavailable("acquire", f.err)
 }
 
 // orders is the protected application: it counts its runs and answers
@@ -91,29 +64,28 @@ func created(w http.ResponseWriter, r *http.Request, run int32) {
 	_, _ = fmt.Fprintf(w, `{"run":%d,"got":%q}`, run, body)
 }
 
-// idemShape mounts the protected routes with one middleware shape:
-// POST /orders, POST /carts/{id} and GET /orders.
+// idemShape mounts the protected routes behind mw (Idempotent) with one
+// middleware shape: POST /orders, POST /carts/{id} and GET /orders.
 type idemShape struct {
 	name  string
-	mount func(g *handlers.IdempotencyGuard, app http.Handler) http.Handler
+	mount func(mw func(http.Handler) http.Handler, app http.Handler) http.Handler
 }
 
 var idemShapes = []idemShape{
-	{"net/http", func(g *handlers.IdempotencyGuard, app http.Handler) http.Handler {
+	{"net/http", func(mw func(http.Handler) http.Handler, app http.Handler) http.Handler {
 		mux := http.NewServeMux()
-		mw := g.IdempotentHandler()
 		mux.Handle("POST /orders", mw(app))
 		mux.Handle("POST /carts/{id}", mw(app))
 		mux.Handle("GET /orders", mw(app))
 		return mux
 	}},
-	{"gin", func(g *handlers.IdempotencyGuard, app http.Handler) http.Handler {
+	{"gin", func(mw func(http.Handler) http.Handler, app http.Handler) http.Handler {
 		r := gin.New()
 		_ = r.SetTrustedProxies(nil)
 		h := gin.WrapH(app)
-		r.POST("/orders", g.Idempotent(), h)
-		r.POST("/carts/:id", g.Idempotent(), h)
-		r.GET("/orders", g.Idempotent(), h)
+		r.POST("/orders", guard.Gin(mw), h)
+		r.POST("/carts/:id", guard.Gin(mw), h)
+		r.GET("/orders", guard.Gin(mw), h)
 		return r
 	}},
 }
@@ -155,23 +127,13 @@ func (q req) build() *http.Request {
 	}
 	if !q.noKey {
 		for _, k := range keys {
-			r.Header.Add(handlers.IdempotencyKeyHeader, k)
+			r.Header.Add(idempotency.KeyHeader, k)
 		}
 	}
 	for name, vs := range q.header {
 		r.Header[name] = vs
 	}
 	return r
-}
-
-// codeOf returns the code of a problem+json answer, or "".
-func codeOf(w *httptest.ResponseRecorder) string {
-	if w.Header().Get("Content-Type") != "application/problem+json" {
-		return ""
-	}
-	var p handlers.Problem
-	_ = json.Unmarshal(w.Body.Bytes(), &p)
-	return p.Code
 }
 
 // step is one request of a scenario and what it must get.
@@ -203,7 +165,7 @@ func multipartBody(t testing.TB, boundary string, fields [][2]string) string {
 	return b.String()
 }
 
-func TestIdempotencyScenarios(t *testing.T) {
+func TestIdempotentScenarios(t *testing.T) {
 	status := func(code int) func(http.ResponseWriter, *http.Request, int32) {
 		return func(w http.ResponseWriter, _ *http.Request, run int32) {
 			w.WriteHeader(code)
@@ -217,7 +179,7 @@ func TestIdempotencyScenarios(t *testing.T) {
 	mpB := multipartBody(t, "boundaryB", [][2]string{{"qty", "2"}, {"sent_at", "2"}, {"item", "book"}})
 	tests := []struct {
 		name   string
-		opts   []handlers.IdempotencyOption
+		opts   []guard.Option
 		keeper []idempotency.Option
 		handle func(http.ResponseWriter, *http.Request, int32)
 		steps  []step
@@ -251,7 +213,7 @@ func TestIdempotencyScenarios(t *testing.T) {
 		},
 		{
 			name: "ignored fields are left out of the fingerprint",
-			opts: []handlers.IdempotencyOption{handlers.WithIgnoredFields("sent_at")},
+			opts: []guard.Option{guard.WithIgnoredFields("sent_at")},
 			steps: []step{
 				{"first", req{body: `{"item":"book","sent_at":"10:00:00"}`}, 201, "", false, 1, ""},
 				{"a retry with a new timestamp", req{body: `{"sent_at":"10:00:05","item":"book"}`}, 201, "", true, 1, ""},
@@ -278,7 +240,7 @@ func TestIdempotencyScenarios(t *testing.T) {
 		},
 		{
 			name: "a header scope keys on the credential, not the IP",
-			opts: []handlers.IdempotencyOption{handlers.WithScope(handlers.ScopeHeader("Authorization"))},
+			opts: []guard.Option{guard.WithScope(guard.ScopeHeader("Authorization"))},
 			steps: []step{
 				{"alice", req{header: http.Header{"Authorization": {"Bearer alice"}}}, 201, "", false, 1, `"run":1`},
 				{"alice from another IP", req{remote: "198.51.100.7:1", header: http.Header{"Authorization": {"Bearer alice"}}}, 201, "", true, 1, `"run":1`},
@@ -316,7 +278,7 @@ func TestIdempotencyScenarios(t *testing.T) {
 		},
 		{
 			name: "the release policy is configurable",
-			opts: []handlers.IdempotencyOption{handlers.WithReleaseStatus(func(s int) bool { return s == http.StatusConflict })},
+			opts: []guard.Option{guard.WithReleaseStatus(func(s int) bool { return s == http.StatusConflict })},
 			handle: func(w http.ResponseWriter, r *http.Request, run int32) {
 				status(map[int32]int{1: 409, 2: 500}[run])(w, r, run)
 			},
@@ -359,7 +321,7 @@ func TestIdempotencyScenarios(t *testing.T) {
 		},
 		{
 			name: "an optional key lets keyless requests through",
-			opts: []handlers.IdempotencyOption{handlers.WithKeyRequired(false)},
+			opts: []guard.Option{guard.WithKeyRequired(false)},
 			steps: []step{
 				{"no key", req{noKey: true}, 201, "", false, 1, ""},
 				{"no key again runs again", req{noKey: true}, 201, "", false, 2, ""},
@@ -369,7 +331,7 @@ func TestIdempotencyScenarios(t *testing.T) {
 		},
 		{
 			name: "other methods pass through when configured",
-			opts: []handlers.IdempotencyOption{handlers.WithIdempotencyMethods("get")},
+			opts: []guard.Option{guard.WithMethods("get")},
 			steps: []step{
 				{"POST is no longer guarded", req{noKey: true}, 201, "", false, 1, ""},
 				{"GET is", req{method: "GET"}, 201, "", false, 2, ""},
@@ -378,7 +340,7 @@ func TestIdempotencyScenarios(t *testing.T) {
 		},
 		{
 			name: "a request body over the limit is refused",
-			opts: []handlers.IdempotencyOption{handlers.WithMaxRequestBody(10)},
+			opts: []guard.Option{guard.WithMaxBody(10)},
 			steps: []step{
 				{"too large", req{}, 413, "payload_too_large", false, 0, ""},
 				{"small enough", req{body: `{"a":1}`}, 201, "", false, 1, ""},
@@ -391,10 +353,10 @@ func TestIdempotencyScenarios(t *testing.T) {
 				t.Run(sc.name+"/"+sh.name+"/"+tc.name, func(t *testing.T) {
 					k := idempotency.New(sc.open(t), tc.keeper...)
 					app := &orders{handle: tc.handle}
-					h := sh.mount(handlers.NewIdempotencyGuard(k, append([]handlers.IdempotencyOption{quiet}, tc.opts...)...), app)
+					h := sh.mount(guard.Idempotent(k, append([]guard.Option{quiet}, tc.opts...)...), app)
 					for _, s := range tc.steps {
 						w := serve(h, s.req.build())
-						replayed := w.Header().Get(handlers.IdempotentReplayedHeader) == "true"
+						replayed := w.Header().Get(idempotency.ReplayedHeader) == "true"
 						if w.Code != s.wantStatus || codeOf(w) != s.wantCode || replayed != s.wantReplayed ||
 							app.runs.Load() != s.wantRuns || !strings.Contains(w.Body.String(), s.wantBody) {
 							t.Fatalf("%s: got %d %q replayed=%v runs=%d body %q; want %d %q replayed=%v runs=%d body containing %q",
@@ -407,41 +369,7 @@ func TestIdempotencyScenarios(t *testing.T) {
 	}
 }
 
-// recordStores are the stores the concurrency test runs on; the Redis
-// ones skip (or fail, see internal/testenv) without their variables.
-var recordStores = []struct {
-	name string
-	open func(t testing.TB) store.Store
-}{
-	{"memory", func(t testing.TB) store.Store { return newRecordStore(t, nil) }},
-	{"redis", func(t testing.TB) store.Store {
-		opt, err := goredis.ParseURL(testenv.Var(t, "REPLAYGUARD_TEST_REDIS_URL"))
-		if err != nil {
-			t.Fatalf("REPLAYGUARD_TEST_REDIS_URL: %v", err)
-		}
-		opt.ContextTimeoutEnabled = true
-		s := redisstore.New(goredis.NewClient(opt), redisstore.WithPrefix(uniqueRedisPrefix(t)), redisstore.WithTimeout(5*time.Second))
-		t.Cleanup(func() { _ = s.Close() })
-		return s
-	}},
-	{"cluster", func(t testing.TB) store.Store {
-		addrs := strings.Split(testenv.Var(t, "REPLAYGUARD_TEST_REDIS_CLUSTER_ADDRS"), ",")
-		c := goredis.NewClusterClient(&goredis.ClusterOptions{Addrs: addrs, ContextTimeoutEnabled: true})
-		s := redisstore.New(c, redisstore.WithPrefix(uniqueRedisPrefix(t)), redisstore.WithTimeout(5*time.Second))
-		t.Cleanup(func() { _ = s.Close() })
-		return s
-	}},
-}
-
-func uniqueRedisPrefix(t testing.TB) string {
-	b := make([]byte, 8)
-	if _, err := rand.Read(b); err != nil {
-		t.Fatal(err)
-	}
-	return "rgtest:idem:" + hex.EncodeToString(b) + ":"
-}
-
-func TestIdempotencyFiftyConcurrentRequestsRunOnce(t *testing.T) {
+func TestIdempotentFiftyConcurrentRequestsRunOnce(t *testing.T) {
 	const n = 50
 	for _, sc := range recordStores {
 		for _, sh := range idemShapes {
@@ -452,10 +380,10 @@ func TestIdempotencyFiftyConcurrentRequestsRunOnce(t *testing.T) {
 					<-hold // until every duplicate has answered
 					created(w, r, run)
 				}}
-				h := sh.mount(handlers.NewIdempotencyGuard(k, quiet), app)
+				h := sh.mount(guard.Idempotent(k, quiet), app)
 				got := sendHeld(n, hold, func(int) *httptest.ResponseRecorder { return serve(h, req{}.build()) })
 				wantOneRun(t, got, 201, app.runs.Load())
-				if w := serve(h, req{}.build()); w.Code != 201 || w.Header().Get(handlers.IdempotentReplayedHeader) != "true" {
+				if w := serve(h, req{}.build()); w.Code != 201 || w.Header().Get(idempotency.ReplayedHeader) != "true" {
 					t.Fatalf("after completion: %d %v", w.Code, w.Header())
 				}
 			})
@@ -463,51 +391,7 @@ func TestIdempotencyFiftyConcurrentRequestsRunOnce(t *testing.T) {
 	}
 }
 
-// sendHeld sends n requests at once, send(i) each, to a handler whose one
-// run waits on hold: n-1 answers arrive while it waits, then hold is
-// closed and the last arrives. It returns every answer.
-func sendHeld(n int, hold chan struct{}, send func(i int) *httptest.ResponseRecorder) []*httptest.ResponseRecorder {
-	start := make(chan struct{})
-	results := make(chan *httptest.ResponseRecorder, n)
-	var wg sync.WaitGroup
-	for i := range n {
-		wg.Go(func() {
-			<-start
-			results <- send(i)
-		})
-	}
-	close(start)
-	var got []*httptest.ResponseRecorder
-	for range n - 1 { // the one that runs is held
-		got = append(got, <-results)
-	}
-	close(hold)
-	wg.Wait()
-	return append(got, <-results)
-}
-
-// wantOneRun checks sendHeld's answers: the handler ran once (runs), one
-// answer is its fresh status, and every other is 409 request_in_progress
-// with Retry-After: 1.
-func wantOneRun(t *testing.T, got []*httptest.ResponseRecorder, status int, runs int32) {
-	t.Helper()
-	counts := map[string]int{}
-	for _, w := range got {
-		switch {
-		case w.Code == status && w.Header().Get(handlers.IdempotentReplayedHeader) == "":
-			counts["ran"]++
-		case w.Code == 409 && codeOf(w) == "request_in_progress" && w.Header().Get("Retry-After") == "1":
-			counts["in progress"]++
-		default:
-			t.Errorf("unexpected answer %d %v %s", w.Code, w.Header(), w.Body)
-		}
-	}
-	if runs != 1 || counts["ran"] != 1 || counts["in progress"] != len(got)-1 {
-		t.Fatalf("runs=%d answers=%v, want 1 run, 1 first answer, %d in progress", runs, counts, len(got)-1)
-	}
-}
-
-func TestIdempotencyReplayIsByteIdentical(t *testing.T) {
+func TestIdempotentReplayIsByteIdentical(t *testing.T) {
 	k := idempotency.New(newRecordStore(t, nil))
 	var requestIDs atomic.Int32
 	app := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -531,14 +415,14 @@ func TestIdempotencyReplayIsByteIdentical(t *testing.T) {
 			next.ServeHTTP(w, r)
 		})
 	}
-	srv := httptest.NewServer(outer(handlers.NewIdempotencyGuard(k).IdempotentHandler()(app)))
+	srv := httptest.NewServer(outer(guard.Idempotent(k)(app)))
 	defer srv.Close()
 	do := func() (*http.Response, []byte) {
 		r, err := http.NewRequest(http.MethodPost, srv.URL+"/orders", strings.NewReader(defaultBody))
 		if err != nil {
 			t.Fatal(err)
 		}
-		r.Header.Set(handlers.IdempotencyKeyHeader, `"byte-identical"`)
+		r.Header.Set(idempotency.KeyHeader, `"byte-identical"`)
 		resp, err := srv.Client().Do(r)
 		if err != nil {
 			t.Fatal(err)
@@ -553,8 +437,8 @@ func TestIdempotencyReplayIsByteIdentical(t *testing.T) {
 	first, firstBody := do()
 	second, secondBody := do()
 
-	if second.Header.Get(handlers.IdempotentReplayedHeader) != "true" || first.Header.Get(handlers.IdempotentReplayedHeader) != "" {
-		t.Fatalf("Idempotent-Replayed: first %q, second %q", first.Header.Get(handlers.IdempotentReplayedHeader), second.Header.Get(handlers.IdempotentReplayedHeader))
+	if second.Header.Get(idempotency.ReplayedHeader) != "true" || first.Header.Get(idempotency.ReplayedHeader) != "" {
+		t.Fatalf("Idempotent-Replayed: first %q, second %q", first.Header.Get(idempotency.ReplayedHeader), second.Header.Get(idempotency.ReplayedHeader))
 	}
 	if first.StatusCode != second.StatusCode || !bytes.Equal(firstBody, secondBody) {
 		t.Fatalf("first %d %q, replay %d %q", first.StatusCode, firstBody, second.StatusCode, secondBody)
@@ -575,7 +459,7 @@ func TestIdempotencyReplayIsByteIdentical(t *testing.T) {
 		h = h.Clone()
 		// Deletions are not recorded: the duplicate keeps the header its
 		// own outer middleware set.
-		for _, name := range []string{"Date", "Set-Cookie", "X-Request-Id", "X-Outer-Removed", "Connection", "X-Hop", handlers.IdempotentReplayedHeader} {
+		for _, name := range []string{"Date", "Set-Cookie", "X-Request-Id", "X-Outer-Removed", "Connection", "X-Hop", idempotency.ReplayedHeader} {
 			h.Del(name)
 		}
 		return h
@@ -602,7 +486,7 @@ func (h *hookWriter) WriteHeader(code int) {
 
 func (h *hookWriter) Write(p []byte) (int, error) { return h.ResponseWriter.Write(p) }
 
-func TestIdempotencyRecordIsFinishedBeforeTheAnswer(t *testing.T) {
+func TestIdempotentRecordIsFinishedBeforeTheAnswer(t *testing.T) {
 	tests := []struct {
 		name     string
 		handle   func(http.ResponseWriter, *http.Request, int32)
@@ -629,7 +513,7 @@ func TestIdempotencyRecordIsFinishedBeforeTheAnswer(t *testing.T) {
 				}
 				created(w, r, run)
 			}}
-			h := handlers.NewIdempotencyGuard(k, quiet).IdempotentHandler()(app)
+			h := guard.Idempotent(k, quiet)(app)
 			var dup *httptest.ResponseRecorder
 			w := &hookWriter{ResponseWriter: httptest.NewRecorder(), onHeader: func() {
 				if dup == nil {
@@ -644,7 +528,7 @@ func TestIdempotencyRecordIsFinishedBeforeTheAnswer(t *testing.T) {
 	}
 }
 
-func TestIdempotencyPanicReleases(t *testing.T) {
+func TestIdempotentPanicReleases(t *testing.T) {
 	for _, sh := range idemShapes {
 		t.Run(sh.name, func(t *testing.T) {
 			ignore := goleak.IgnoreCurrent()
@@ -657,7 +541,7 @@ func TestIdempotencyPanicReleases(t *testing.T) {
 				}
 				created(w, r, run)
 			}}
-			h := sh.mount(handlers.NewIdempotencyGuard(k, quiet), app)
+			h := sh.mount(guard.Idempotent(k, quiet), app)
 			steps := []step{
 				{"the panic is answered with 500", req{}, 500, "internal_error", false, 1, ""},
 				{"the retry runs", req{}, 201, "", false, 2, `"run":2`},
@@ -665,7 +549,7 @@ func TestIdempotencyPanicReleases(t *testing.T) {
 			}
 			for _, s := range steps {
 				w := serve(h, s.req.build())
-				replayed := w.Header().Get(handlers.IdempotentReplayedHeader) == "true"
+				replayed := w.Header().Get(idempotency.ReplayedHeader) == "true"
 				if w.Code != s.wantStatus || codeOf(w) != s.wantCode || replayed != s.wantReplayed || app.runs.Load() != s.wantRuns || !strings.Contains(w.Body.String(), s.wantBody) {
 					t.Fatalf("%s: got %d %q replayed=%v runs=%d %q", s.name, w.Code, codeOf(w), replayed, app.runs.Load(), w.Body)
 				}
@@ -677,13 +561,13 @@ func TestIdempotencyPanicReleases(t *testing.T) {
 	}
 }
 
-func TestIdempotencyPanicWhileStreamingAborts(t *testing.T) {
+func TestIdempotentPanicWhileStreamingAborts(t *testing.T) {
 	k := idempotency.New(newRecordStore(t, nil), idempotency.WithMaxBody(4))
 	app := &orders{handle: func(w http.ResponseWriter, _ *http.Request, _ int32) {
 		_, _ = io.WriteString(w, "more than four bytes")
 		panic("late failure")
 	}}
-	h := handlers.NewIdempotencyGuard(k, quiet).IdempotentHandler()(app)
+	h := guard.Idempotent(k, quiet)(app)
 	var recovered any
 	func() {
 		defer func() { recovered = recover() }()
@@ -694,7 +578,7 @@ func TestIdempotencyPanicWhileStreamingAborts(t *testing.T) {
 	}
 }
 
-func TestIdempotencyLeaseExpiryLetsOneRetryRun(t *testing.T) {
+func TestIdempotentLeaseExpiryLetsOneRetryRun(t *testing.T) {
 	clk := newFakeClock()
 	k := idempotency.New(newRecordStore(t, clk), idempotency.WithClock(clk.Now), idempotency.WithLockTTL(time.Minute))
 	entered, hold := make(chan struct{}), make(chan struct{})
@@ -705,7 +589,7 @@ func TestIdempotencyLeaseExpiryLetsOneRetryRun(t *testing.T) {
 		}
 		created(w, r, run)
 	}}
-	h := handlers.NewIdempotencyGuard(k, quiet).IdempotentHandler()(app)
+	h := guard.Idempotent(k, quiet)(app)
 	stuck := make(chan *httptest.ResponseRecorder)
 	go func() { stuck <- serve(h, req{}.build()) }()
 	<-entered
@@ -725,7 +609,7 @@ func TestIdempotencyLeaseExpiryLetsOneRetryRun(t *testing.T) {
 	fresh := 0
 	for w := range results {
 		switch {
-		case w.Code == 201 && w.Header().Get(handlers.IdempotentReplayedHeader) == "":
+		case w.Code == 201 && w.Header().Get(idempotency.ReplayedHeader) == "":
 			fresh++
 		case w.Code == 201 || codeOf(w) == "request_in_progress":
 		default:
@@ -739,19 +623,19 @@ func TestIdempotencyLeaseExpiryLetsOneRetryRun(t *testing.T) {
 	if w := <-stuck; w.Code != 201 || !strings.Contains(w.Body.String(), `"run":1`) {
 		t.Fatalf("the stuck request still answers its client: %d %s", w.Code, w.Body)
 	}
-	if w := serve(h, req{}.build()); !strings.Contains(w.Body.String(), `"run":2`) || w.Header().Get(handlers.IdempotentReplayedHeader) != "true" {
+	if w := serve(h, req{}.build()); !strings.Contains(w.Body.String(), `"run":2`) || w.Header().Get(idempotency.ReplayedHeader) != "true" {
 		t.Fatalf("the retry's response is the stored one: %d %s", w.Code, w.Body)
 	}
 }
 
-func TestIdempotencyAbandonRecord(t *testing.T) {
+func TestIdempotentAbandonRecord(t *testing.T) {
 	for _, shape := range idemShapes {
 		t.Run(shape.name, func(t *testing.T) {
 			clk := newFakeClock()
 			k := idempotency.New(newRecordStore(t, clk), idempotency.WithClock(clk.Now), idempotency.WithLockTTL(time.Minute))
 			app := &orders{handle: func(w http.ResponseWriter, r *http.Request, run int32) {
 				if run == 1 { // the outcome is unknown: say so, and answer 502
-					if !handlers.AbandonRecord(w) {
+					if !guard.AbandonRecord(w) {
 						t.Error("AbandonRecord found no record")
 					}
 					w.WriteHeader(http.StatusBadGateway)
@@ -759,7 +643,7 @@ func TestIdempotencyAbandonRecord(t *testing.T) {
 				}
 				created(w, r, run)
 			}}
-			h := shape.mount(handlers.NewIdempotencyGuard(k, quiet), app)
+			h := shape.mount(guard.Idempotent(k, quiet), app)
 			if w := serve(h, req{}.build()); w.Code != http.StatusBadGateway {
 				t.Fatalf("first = %d, want the handler's 502", w.Code)
 			}
@@ -767,7 +651,7 @@ func TestIdempotencyAbandonRecord(t *testing.T) {
 				t.Fatalf("duplicate inside the lease = %d %q, want 409 request_in_progress: neither stored nor released", w.Code, codeOf(w))
 			}
 			clk.Advance(time.Minute)
-			if w := serve(h, req{}.build()); w.Code != http.StatusCreated || w.Header().Get(handlers.IdempotentReplayedHeader) != "" {
+			if w := serve(h, req{}.build()); w.Code != http.StatusCreated || w.Header().Get(idempotency.ReplayedHeader) != "" {
 				t.Fatalf("retry after the lease = %d, want a fresh 201", w.Code)
 			}
 			if app.runs.Load() != 2 {
@@ -775,18 +659,18 @@ func TestIdempotencyAbandonRecord(t *testing.T) {
 			}
 		})
 	}
-	if handlers.AbandonRecord(httptest.NewRecorder()) {
+	if guard.AbandonRecord(httptest.NewRecorder()) {
 		t.Error("AbandonRecord reported a record for a writer without one")
 	}
 }
 
-func TestIdempotencyStoreFailure(t *testing.T) {
+func TestIdempotentStoreFailure(t *testing.T) {
 	closed := memory.New()
 	_ = closed.Close()
 	tests := []struct {
 		name       string
 		st         store.Store
-		opts       []handlers.IdempotencyOption
+		opts       []guard.Option
 		wantStatus int
 		wantCode   string
 		wantRuns   int32
@@ -794,13 +678,13 @@ func TestIdempotencyStoreFailure(t *testing.T) {
 		{"an unreachable store answers 503 and runs nothing", failingStore{newRecordStore(t, nil), errors.New("dial tcp 10.0.0.7:6379: connection refused")}, nil, 503, "store_unavailable", 0},
 		{"a closed store answers 503 and runs nothing", closed, nil, 503, "store_unavailable", 0},
 		{"a full store answers 503 store_full", failingStore{newRecordStore(t, nil), store.ErrFull}, nil, 503, "store_full", 0},
-		{"UnsafeFailOpen runs the handler without a record", failingStore{newRecordStore(t, nil), errors.New("timeout")}, []handlers.IdempotencyOption{handlers.UnsafeFailOpen(true)}, 201, "", 1},
+		{"UnsafeFailOpen runs the handler without a record", failingStore{newRecordStore(t, nil), errors.New("timeout")}, []guard.Option{guard.UnsafeFailOpen(true)}, 201, "", 1},
 	}
 	for _, sh := range idemShapes {
 		for _, tc := range tests {
 			t.Run(sh.name+"/"+tc.name, func(t *testing.T) {
 				app := &orders{}
-				h := sh.mount(handlers.NewIdempotencyGuard(idempotency.New(tc.st), append([]handlers.IdempotencyOption{quiet}, tc.opts...)...), app)
+				h := sh.mount(guard.Idempotent(idempotency.New(tc.st), append([]guard.Option{quiet}, tc.opts...)...), app)
 				w := serve(h, req{}.build())
 				if w.Code != tc.wantStatus || codeOf(w) != tc.wantCode || app.runs.Load() != tc.wantRuns {
 					t.Fatalf("got %d %q runs=%d, want %d %q %d", w.Code, codeOf(w), app.runs.Load(), tc.wantStatus, tc.wantCode, tc.wantRuns)
@@ -813,14 +697,14 @@ func TestIdempotencyStoreFailure(t *testing.T) {
 	}
 }
 
-func TestIdempotencyFingerprintMode(t *testing.T) {
+func TestIdempotentFingerprintMode(t *testing.T) {
 	clk := newFakeClock()
 	k := idempotency.New(newRecordStore(t, clk), idempotency.WithClock(clk.Now))
 	app := &orders{}
 	for _, sh := range idemShapes {
 		t.Run(sh.name, func(t *testing.T) {
 			app.runs.Store(0)
-			h := sh.mount(handlers.NewIdempotencyGuard(k, quiet, handlers.WithFingerprintMode(0)), app)
+			h := sh.mount(guard.Idempotent(k, quiet, guard.WithFingerprintWindow(0)), app)
 			body := fmt.Sprintf(`{"shape":%q}`, sh.name) // the two shapes share the store
 			steps := []struct {
 				step
@@ -837,7 +721,7 @@ func TestIdempotencyFingerprintMode(t *testing.T) {
 			for _, s := range steps {
 				clk.Advance(s.advance)
 				w := serve(h, s.req.build())
-				replayed := w.Header().Get(handlers.IdempotentReplayedHeader) == "true"
+				replayed := w.Header().Get(idempotency.ReplayedHeader) == "true"
 				if w.Code != s.wantStatus || replayed != s.wantReplayed || app.runs.Load() != s.wantRuns || !strings.Contains(w.Body.String(), s.wantBody) {
 					t.Fatalf("%s: got %d replayed=%v runs=%d %q", s.name, w.Code, replayed, app.runs.Load(), w.Body)
 				}
@@ -846,7 +730,7 @@ func TestIdempotencyFingerprintMode(t *testing.T) {
 	}
 }
 
-func TestIdempotencyGinWriter(t *testing.T) {
+func TestIdempotentGinWriter(t *testing.T) {
 	k := idempotency.New(newRecordStore(t, nil))
 	var seenStatus []int
 	var runs atomic.Int32
@@ -855,7 +739,7 @@ func TestIdempotencyGinWriter(t *testing.T) {
 		c.Next()
 		seenStatus = append(seenStatus, c.Writer.Status())
 	})
-	r.POST("/orders", handlers.NewIdempotencyGuard(k, quiet).Idempotent(), func(c *gin.Context) {
+	r.POST("/orders", guard.Gin(guard.Idempotent(k, quiet)), func(c *gin.Context) {
 		n := runs.Add(1)
 		if c.Writer.Written() || c.Writer.Size() != -1 {
 			c.String(500, "fresh writer reports written")
@@ -874,7 +758,7 @@ func TestIdempotencyGinWriter(t *testing.T) {
 	if first.Code != 201 || second.Code != 201 || first.Body.String() != second.Body.String() || runs.Load() != 1 {
 		t.Fatalf("first %d %s, second %d %s, runs %d", first.Code, first.Body, second.Code, second.Body, runs.Load())
 	}
-	if second.Header().Get(handlers.IdempotentReplayedHeader) != "true" || second.Header().Get("Location") != "/orders/7" ||
+	if second.Header().Get(idempotency.ReplayedHeader) != "true" || second.Header().Get("Location") != "/orders/7" ||
 		second.Header().Get("Content-Type") != first.Header().Get("Content-Type") || second.Header().Get("Set-Cookie") != "" || first.Header().Get("Set-Cookie") == "" {
 		t.Fatalf("replayed headers %v (first %v)", second.Header(), first.Header())
 	}
@@ -883,14 +767,14 @@ func TestIdempotencyGinWriter(t *testing.T) {
 	}
 }
 
-func TestIdempotencyErrorHandler(t *testing.T) {
+func TestIdempotentErrorHandler(t *testing.T) {
 	k := idempotency.New(newRecordStore(t, nil))
 	onError := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		err := handlers.FailureReason(r)
-		w.WriteHeader(handlers.ProblemFor(err).Status)
+		err := guard.FailureReason(r)
+		w.WriteHeader(problem.For(err).Status)
 		_, _ = fmt.Fprintf(w, "<p>refused: %v</p>", errors.Is(err, idempotency.ErrKeyMissing))
 	})
-	h := handlers.NewIdempotencyGuard(k, handlers.WithIdempotencyErrorHandler(onError)).IdempotentHandler()(&orders{})
+	h := guard.Idempotent(k, guard.WithErrorHandler(onError))(&orders{})
 	if w := serve(h, req{noKey: true}.build()); w.Code != 400 || w.Body.String() != "<p>refused: true</p>" {
 		t.Fatalf("got %d %q", w.Code, w.Body)
 	}
@@ -914,7 +798,7 @@ func TestParseScope(t *testing.T) {
 		{"cookie:session", false, true, false},
 	}
 	for _, tc := range tests {
-		f, err := handlers.ParseScope(tc.spec)
+		f, err := guard.ParseScope(tc.spec)
 		if (err != nil) != tc.wantErr || (f == nil) != (tc.wantNil || tc.wantErr) {
 			t.Errorf("ParseScope(%q) = %v, %v", tc.spec, f != nil, err)
 			continue
@@ -928,38 +812,12 @@ func TestParseScope(t *testing.T) {
 	}
 }
 
-func TestIdempotencyProblems(t *testing.T) {
-	tests := []struct {
-		err    error
-		status int
-		code   string
-	}{
-		{idempotency.ErrKeyMissing, 400, "idempotency_key_missing"},
-		{idempotency.ErrInvalidKey, 400, "invalid_idempotency_key"},
-		{idempotency.ErrFingerprintMismatch, 422, "idempotency_key_reused"},
-		{idempotency.ErrInProgress, 409, "request_in_progress"},
-		{idempotency.ErrNotStored, 409, "response_not_stored"},
-		{idempotency.ErrNotProcessing, 409, "record_not_processing"},
-		{idempotency.ErrUnavailable, 503, "store_unavailable"},
-		{idempotency.ErrStoreFull, 503, "store_full"},
-		{idempotency.ErrCorrupt, 500, "internal_error"},
-	}
-	for _, tc := range tests {
-		for _, err := range []error{tc.err, fmt.Errorf("%w: detail", tc.err)} {
-			p := handlers.ProblemFor(err)
-			if p.Status != tc.status || p.Code != tc.code || p.Detail == "" {
-				t.Errorf("ProblemFor(%v) = %+v, want %d %s", err, p, tc.status, tc.code)
-			}
-		}
-	}
-}
-
-// BenchmarkIdempotency compares the bare handler with the first run of a
+// BenchmarkIdempotent compares the bare handler with the first run of a
 // key (buffer, record, complete) and the replay of a stored response, on
 // the memory store and on Redis (skipped without
 // REPLAYGUARD_TEST_REDIS_URL; records expire after a minute, so that runs
 // leave nothing behind for long).
-func BenchmarkIdempotency(b *testing.B) {
+func BenchmarkIdempotent(b *testing.B) {
 	body := []byte(defaultBody)
 	resp := bytes.Repeat([]byte("r"), 512)
 	app := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -972,7 +830,7 @@ func BenchmarkIdempotency(b *testing.B) {
 		r := httptest.NewRequest(http.MethodPost, "/orders", bytes.NewReader(body))
 		r.Header.Set("Content-Type", "application/json")
 		if key != "" {
-			r.Header.Set(handlers.IdempotencyKeyHeader, key)
+			r.Header.Set(idempotency.KeyHeader, key)
 		}
 		return r
 	}
@@ -985,7 +843,7 @@ func BenchmarkIdempotency(b *testing.B) {
 	for _, sc := range recordStores[:2] {
 		b.Run(sc.name, func(b *testing.B) {
 			k := idempotency.New(sc.open(b), idempotency.WithRetention(time.Minute))
-			guarded := handlers.NewIdempotencyGuard(k).IdempotentHandler()(app)
+			guarded := guard.Idempotent(k)(app)
 			b.Run("first-execution", func(b *testing.B) {
 				i := 0
 				for b.Loop() {
@@ -1002,19 +860,11 @@ func BenchmarkIdempotency(b *testing.B) {
 				for b.Loop() {
 					w := httptest.NewRecorder()
 					guarded.ServeHTTP(w, newReq(`"replayed"`))
-					if w.Header().Get(handlers.IdempotentReplayedHeader) != "true" {
+					if w.Header().Get(idempotency.ReplayedHeader) != "true" {
 						b.Fatal("not replayed")
 					}
 				}
 			})
 		})
 	}
-}
-
-// answer describes a recorded answer for failure messages.
-func answer(w *httptest.ResponseRecorder) string {
-	if w == nil {
-		return "no answer"
-	}
-	return fmt.Sprintf("%d %q", w.Code, codeOf(w))
 }

@@ -1,19 +1,19 @@
-package handlers
+package problem
 
 import (
 	"net/http"
 	"testing"
 )
 
-// TestForwardAuthStatusCoversTheTable checks every problem in the table,
-// so that no code, including one added later, reaches nginx as a status
-// it turns into 500 by mistake: a forward-auth refusal is 401 for a
-// missing or wrong API key only, 403 for every other client error, and a
-// server error keeps its status.
-func TestForwardAuthStatusCoversTheTable(t *testing.T) {
-	for _, spec := range append(problems[:len(problems):len(problems)], internalProblem) {
-		p := ProblemFor(spec.err)
-		got := forwardAuthStatus(p)
+// TestForwardAuthCoversTheTable checks every problem in the table, so
+// that no code, including one added later, reaches nginx as a status it
+// turns into 500 by mistake: a forward-auth refusal is 401 for a missing
+// or wrong API key only, 403 for every other client error, and a server
+// error keeps its status.
+func TestForwardAuthCoversTheTable(t *testing.T) {
+	for _, spec := range append(table[:len(table):len(table)], internal) {
+		p := For(spec.err)
+		got := p.ForwardAuth().Status
 		switch {
 		case got == http.StatusUnauthorized:
 			if p.Code != "unauthorized" {

@@ -1,4 +1,4 @@
-package handlers
+package guard
 
 import "net/http"
 
@@ -17,7 +17,7 @@ import "net/http"
 // redirect. The answer carries Cache-Control: no-store, so no cache keeps
 // a redirect that belongs to one submission, and no body.
 //
-// With Gin, call it as handlers.SeeOther(c.Writer, c.Request, url).
+// With Gin, call it as guard.SeeOther(c.Writer, c.Request, url).
 func SeeOther(w http.ResponseWriter, r *http.Request, url string) {
 	w.Header().Set("Cache-Control", "no-store")
 	// http.Redirect writes a short HTML body for GET and HEAD only; the

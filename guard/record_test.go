@@ -1,4 +1,4 @@
-package handlers_test
+package guard_test
 
 import (
 	"bytes"
@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -19,16 +18,13 @@ import (
 	"github.com/gin-gonic/gin"
 	goredis "github.com/redis/go-redis/v9"
 
-	"github.com/replayguard/replayguard/handlers"
+	"github.com/replayguard/replayguard/guard"
 	"github.com/replayguard/replayguard/idempotency"
 	"github.com/replayguard/replayguard/metrics"
 	"github.com/replayguard/replayguard/store"
 	redisstore "github.com/replayguard/replayguard/store/redis"
 	"github.com/replayguard/replayguard/token"
 )
-
-// quietGuard discards the Guard's log lines (the panics the tests provoke).
-var quietGuard = handlers.WithGuardLogger(slog.New(slog.DiscardHandler))
 
 // tokenRecordStores are the stores the record-mode tests run on: memory
 // and miniredis always, the real servers of recordStores when configured.
@@ -43,20 +39,6 @@ var tokenRecordStores = append([]struct {
 		return s
 	}},
 }, recordStores...)
-
-var machineIDs atomic.Uint32
-
-// newTokenService returns a token service over st with its own machine ID,
-// so that services sharing a real Redis never issue the same ID.
-func newTokenService(t testing.TB, st store.Store) *token.Service {
-	t.Helper()
-	svc, err := token.New(st, []token.Key{{ID: "k1", Secret: []byte(strings.Repeat("s", 32))}},
-		token.WithMachineID(uint16(100+machineIDs.Add(1))))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return svc
-}
 
 // checkoutApp is the protected form handler: it counts its runs and by
 // default places order number run, answering 303 to its page.
@@ -77,7 +59,7 @@ func (a *checkoutApp) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // placeOrder answers 303 to /orders/<run>, with a cookie and a body naming
 // the token's ID (from TokenFrom) and the item the form sent.
 func placeOrder(w http.ResponseWriter, r *http.Request, run int32) {
-	claims, ok := handlers.TokenFrom(r.Context())
+	claims, ok := guard.TokenFrom(r.Context())
 	if !ok || claims.ID == "" {
 		http.Error(w, "no claims in the context", http.StatusInternalServerError)
 		return
@@ -89,22 +71,22 @@ func placeOrder(w http.ResponseWriter, r *http.Request, run int32) {
 	_, _ = fmt.Fprintf(w, "order %d for token %s: %s", run, claims.ID, r.PostFormValue("item"))
 }
 
-// guardShapes mount POST /checkout behind the Guard for purpose
-// "checkout", in either middleware shape.
+// guardShapes mount POST /checkout behind mw (RequireToken for purpose
+// "checkout"), in either middleware shape.
 var guardShapes = []struct {
 	name  string
-	mount func(g *handlers.Guard, app http.Handler) http.Handler
+	mount func(mw func(http.Handler) http.Handler, app http.Handler) http.Handler
 }{
-	{"net/http", func(g *handlers.Guard, app http.Handler) http.Handler {
+	{"net/http", func(mw func(http.Handler) http.Handler, app http.Handler) http.Handler {
 		mux := http.NewServeMux()
-		mux.Handle("POST /checkout", g.RequireTokenHandler("checkout")(app))
+		mux.Handle("POST /checkout", mw(app))
 		return mux
 	}},
-	{"gin", func(g *handlers.Guard, app http.Handler) http.Handler {
+	{"gin", func(mw func(http.Handler) http.Handler, app http.Handler) http.Handler {
 		r := gin.New()
-		r.POST("/checkout", g.RequireToken("checkout"), func(c *gin.Context) {
-			if v, ok := c.Get("replayguard.token"); !ok || v.(token.Claims).ID == "" {
-				c.String(http.StatusInternalServerError, "no claims in the gin context")
+		r.POST("/checkout", guard.Gin(mw), func(c *gin.Context) {
+			if claims, ok := guard.TokenFrom(c.Request.Context()); !ok || claims.ID == "" {
+				c.String(http.StatusInternalServerError, "no claims in the gin request")
 				return
 			}
 			app.ServeHTTP(c.Writer, c.Request)
@@ -118,17 +100,17 @@ var guardShapes = []struct {
 func submit(h http.Handler, tok string, header bool) *httptest.ResponseRecorder {
 	form := url.Values{"item": {"book"}}
 	if !header && tok != "" {
-		form.Set(handlers.TokenField, tok)
+		form.Set(token.FormField, tok)
 	}
 	r := httptest.NewRequest(http.MethodPost, "/checkout", strings.NewReader(form.Encode()))
 	r.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 	if header {
-		r.Header.Set(handlers.TokenHeader, tok)
+		r.Header.Set(token.Header, tok)
 	}
 	return serve(h, r)
 }
 
-func TestGuardTokenRecords(t *testing.T) {
+func TestRequireTokenRecords(t *testing.T) {
 	ctx := context.Background()
 	status := func(codes map[int32]int) func(http.ResponseWriter, *http.Request, int32) {
 		return func(w http.ResponseWriter, r *http.Request, run int32) {
@@ -197,7 +179,7 @@ func TestGuardTokenRecords(t *testing.T) {
 					svc := newTokenService(t, st)
 					k := idempotency.New(st, tc.keeper...)
 					app := &checkoutApp{handle: tc.handle}
-					h := sh.mount(handlers.NewGuard(svc, handlers.WithTokenRecords(k), quietGuard), app)
+					h := sh.mount(guard.RequireToken(svc, "checkout", guard.WithRecords(k), quiet), app)
 					toks := map[string]string{"forged": "a.b.c", "": ""}
 					for name, purpose := range map[string]string{"a": "checkout", "b": "checkout", "login": "login", "used": "checkout"} {
 						is, err := svc.Issue(ctx, token.IssueRequest{Purpose: purpose})
@@ -211,7 +193,7 @@ func TestGuardTokenRecords(t *testing.T) {
 					}
 					for _, s := range tc.steps {
 						w := submit(h, toks[s.tok], s.header)
-						replayed := w.Header().Get(handlers.IdempotentReplayedHeader) == "true"
+						replayed := w.Header().Get(idempotency.ReplayedHeader) == "true"
 						if w.Code != s.wantStatus || codeOf(w) != s.wantCode || replayed != s.wantReplayed || app.runs.Load() != s.wantRuns ||
 							!strings.Contains(w.Body.String(), s.wantBody) || w.Header().Get("Location") != s.wantLocation {
 							t.Fatalf("%s: got %d %q replayed=%v runs=%d Location %q body %q; want %d %q replayed=%v runs=%d Location %q body containing %q",
@@ -228,7 +210,7 @@ func TestGuardTokenRecords(t *testing.T) {
 	}
 }
 
-func TestGuardTokenRecordsFiftyConcurrentSubmitsRunOnce(t *testing.T) {
+func TestRequireTokenRecordsFiftyConcurrentSubmitsRunOnce(t *testing.T) {
 	const n = 50
 	for _, sc := range tokenRecordStores {
 		for _, sh := range guardShapes {
@@ -240,14 +222,14 @@ func TestGuardTokenRecordsFiftyConcurrentSubmitsRunOnce(t *testing.T) {
 					<-hold // until every duplicate has answered
 					placeOrder(w, r, run)
 				}}
-				h := sh.mount(handlers.NewGuard(svc, handlers.WithTokenRecords(idempotency.New(st)), quietGuard), app)
+				h := sh.mount(guard.RequireToken(svc, "checkout", guard.WithRecords(idempotency.New(st)), quiet), app)
 				is, err := svc.Issue(context.Background(), token.IssueRequest{Purpose: "checkout"})
 				if err != nil {
 					t.Fatal(err)
 				}
 				got := sendHeld(n, hold, func(i int) *httptest.ResponseRecorder { return submit(h, is.Token, i%2 == 0) })
 				wantOneRun(t, got, 303, app.runs.Load())
-				if w := submit(h, is.Token, false); w.Code != 303 || w.Header().Get(handlers.IdempotentReplayedHeader) != "true" || w.Header().Get("Location") != "/orders/1" {
+				if w := submit(h, is.Token, false); w.Code != 303 || w.Header().Get(idempotency.ReplayedHeader) != "true" || w.Header().Get("Location") != "/orders/1" {
 					t.Fatalf("after completion: %d %v", w.Code, w.Header())
 				}
 			})
@@ -255,7 +237,7 @@ func TestGuardTokenRecordsFiftyConcurrentSubmitsRunOnce(t *testing.T) {
 	}
 }
 
-func TestGuardTokenRecordsPanicGivesTheTokenBack(t *testing.T) {
+func TestRequireTokenRecordsPanicGivesTheTokenBack(t *testing.T) {
 	for _, sh := range guardShapes {
 		t.Run(sh.name, func(t *testing.T) {
 			st := newRecordStore(t, nil)
@@ -267,7 +249,7 @@ func TestGuardTokenRecordsPanicGivesTheTokenBack(t *testing.T) {
 				}
 				placeOrder(w, r, run)
 			}}
-			h := sh.mount(handlers.NewGuard(svc, handlers.WithTokenRecords(idempotency.New(st)), quietGuard), app)
+			h := sh.mount(guard.RequireToken(svc, "checkout", guard.WithRecords(idempotency.New(st)), quiet), app)
 			is, err := svc.Issue(context.Background(), token.IssueRequest{Purpose: "checkout"})
 			if err != nil {
 				t.Fatal(err)
@@ -275,20 +257,20 @@ func TestGuardTokenRecordsPanicGivesTheTokenBack(t *testing.T) {
 			if w := submit(h, is.Token, false); w.Code != 500 || codeOf(w) != "internal_error" || w.Header().Get("X-Half") != "" {
 				t.Fatalf("the panic: %d %q %v", w.Code, codeOf(w), w.Header())
 			}
-			if w := submit(h, is.Token, false); w.Code != 303 || w.Header().Get("Location") != "/orders/2" || w.Header().Get(handlers.IdempotentReplayedHeader) != "" {
+			if w := submit(h, is.Token, false); w.Code != 303 || w.Header().Get("Location") != "/orders/2" || w.Header().Get(idempotency.ReplayedHeader) != "" {
 				t.Fatalf("the retry: %d %v", w.Code, w.Header())
 			}
-			if w := submit(h, is.Token, false); w.Code != 303 || w.Header().Get("Location") != "/orders/2" || w.Header().Get(handlers.IdempotentReplayedHeader) != "true" {
+			if w := submit(h, is.Token, false); w.Code != 303 || w.Header().Get("Location") != "/orders/2" || w.Header().Get(idempotency.ReplayedHeader) != "true" {
 				t.Fatalf("the duplicate: %d %v", w.Code, w.Header())
 			}
 		})
 	}
 }
 
-// TestGuardTokenRecordsReplayIsByteIdentical submits over real HTTP and
+// TestRequireTokenRecordsReplayIsByteIdentical submits over real HTTP and
 // compares the replay with the first answer byte for byte, headers
 // included (less the ones never replayed).
-func TestGuardTokenRecordsReplayIsByteIdentical(t *testing.T) {
+func TestRequireTokenRecordsReplayIsByteIdentical(t *testing.T) {
 	st := newRecordStore(t, nil)
 	svc := newTokenService(t, st)
 	app := &checkoutApp{handle: func(w http.ResponseWriter, r *http.Request, run int32) {
@@ -296,7 +278,7 @@ func TestGuardTokenRecordsReplayIsByteIdentical(t *testing.T) {
 		w.Header().Set("Cache-Control", "no-store")
 		placeOrder(w, r, run)
 	}}
-	srv := httptest.NewServer(handlers.NewGuard(svc, handlers.WithTokenRecords(idempotency.New(st)), quietGuard).RequireTokenHandler("checkout")(app))
+	srv := httptest.NewServer(guard.RequireToken(svc, "checkout", guard.WithRecords(idempotency.New(st)), quiet)(app))
 	defer srv.Close()
 	is, err := svc.Issue(context.Background(), token.IssueRequest{Purpose: "checkout"})
 	if err != nil {
@@ -305,7 +287,7 @@ func TestGuardTokenRecordsReplayIsByteIdentical(t *testing.T) {
 	client := srv.Client()
 	client.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
 	do := func() (*http.Response, []byte) {
-		form := url.Values{handlers.TokenField: {is.Token}, "item": {"book"}}
+		form := url.Values{token.FormField: {is.Token}, "item": {"book"}}
 		resp, err := client.PostForm(srv.URL+"/checkout", form)
 		if err != nil {
 			t.Fatal(err)
@@ -322,15 +304,15 @@ func TestGuardTokenRecordsReplayIsByteIdentical(t *testing.T) {
 	if first.StatusCode != 303 || second.StatusCode != 303 || !bytes.Equal(firstBody, secondBody) {
 		t.Fatalf("first %d %q, replay %d %q", first.StatusCode, firstBody, second.StatusCode, secondBody)
 	}
-	if first.Header.Get(handlers.IdempotentReplayedHeader) != "" || second.Header.Get(handlers.IdempotentReplayedHeader) != "true" {
-		t.Fatalf("Idempotent-Replayed: first %q, replay %q", first.Header.Get(handlers.IdempotentReplayedHeader), second.Header.Get(handlers.IdempotentReplayedHeader))
+	if first.Header.Get(idempotency.ReplayedHeader) != "" || second.Header.Get(idempotency.ReplayedHeader) != "true" {
+		t.Fatalf("Idempotent-Replayed: first %q, replay %q", first.Header.Get(idempotency.ReplayedHeader), second.Header.Get(idempotency.ReplayedHeader))
 	}
 	if first.Header.Get("Set-Cookie") == "" || second.Header.Get("Set-Cookie") != "" {
 		t.Fatalf("Set-Cookie: first %q, replay %q; want it on the first only", first.Header.Get("Set-Cookie"), second.Header.Get("Set-Cookie"))
 	}
 	strip := func(h http.Header) string {
 		h = h.Clone()
-		for _, name := range []string{"Date", "Set-Cookie", handlers.IdempotentReplayedHeader} {
+		for _, name := range []string{"Date", "Set-Cookie", idempotency.ReplayedHeader} {
 			h.Del(name)
 		}
 		return fmt.Sprint(h)
@@ -343,17 +325,21 @@ func TestGuardTokenRecordsReplayIsByteIdentical(t *testing.T) {
 	}
 }
 
-// tokenRecordFailure fails every RedeemRecord, as an unreachable store.
-type tokenRecordFailure struct {
+// recordRedeemFailure fails every redemption that would open a record
+// (one with an owner), as an unreachable store; plain redemptions work.
+type recordRedeemFailure struct {
 	store.Store
 	err error
 }
 
-func (f tokenRecordFailure) RedeemRecord(context.Context, string, store.Token, string, time.Time) (store.RedeemResult, store.Record, error) {
-	return 0, store.Record{}, f.err
+func (f recordRedeemFailure) Redeem(ctx context.Context, id string, want store.Token, owner string, lease time.Duration) (store.RedeemResult, store.Record, error) {
+	if owner != "" {
+		return 0, store.Record{}, store.Unavailable("redeem", f.err)
+	}
+	return f.Store.Redeem(ctx, id, want, owner, lease)
 }
 
-func TestGuardTokenRecordsStoreFailure(t *testing.T) {
+func TestRequireTokenRecordsStoreFailure(t *testing.T) {
 	tests := []struct {
 		name       string
 		err        error
@@ -367,10 +353,12 @@ func TestGuardTokenRecordsStoreFailure(t *testing.T) {
 		for _, tc := range tests {
 			t.Run(sh.name+"/"+tc.name, func(t *testing.T) {
 				mem := newRecordStore(t, nil)
-				svc := newTokenService(t, mem)
+				// The token and its record share a store, so the failure
+				// is the token service's store's.
+				st := recordRedeemFailure{mem, tc.err}
+				svc := newTokenService(t, st)
 				app := &checkoutApp{}
-				k := idempotency.New(tokenRecordFailure{mem, tc.err})
-				h := sh.mount(handlers.NewGuard(svc, handlers.WithTokenRecords(k), quietGuard), app)
+				h := sh.mount(guard.RequireToken(svc, "checkout", guard.WithRecords(idempotency.New(st)), quiet), app)
 				is, err := svc.Issue(context.Background(), token.IssueRequest{Purpose: "checkout"})
 				if err != nil {
 					t.Fatal(err)
@@ -387,12 +375,11 @@ func TestGuardTokenRecordsStoreFailure(t *testing.T) {
 	}
 }
 
-func TestGuardTokenRecordsMetrics(t *testing.T) {
+func TestRequireTokenRecordsMetrics(t *testing.T) {
 	st := newRecordStore(t, nil)
 	svc := newTokenService(t, st)
 	m := metrics.New()
-	h := handlers.NewGuard(svc, handlers.WithTokenRecords(idempotency.New(st)), handlers.WithGuardMetrics(m), quietGuard).
-		RequireTokenHandler("checkout")(&checkoutApp{})
+	h := guard.RequireToken(svc, "checkout", guard.WithRecords(idempotency.New(st)), guard.WithMetrics(m), quiet)(&checkoutApp{})
 	is, err := svc.Issue(context.Background(), token.IssueRequest{Purpose: "checkout"})
 	if err != nil {
 		t.Fatal(err)
@@ -418,21 +405,17 @@ func TestGuardTokenRecordsMetrics(t *testing.T) {
 	}
 }
 
-// TestGuardTokenRecordsAfterExpiry checks that a duplicate that arrives
+// TestRequireTokenRecordsAfterExpiry checks that a duplicate that arrives
 // after the token's exp still gets the recorded response, while an
 // expired token without a record is refused and never runs the handler.
-func TestGuardTokenRecordsAfterExpiry(t *testing.T) {
+func TestRequireTokenRecordsAfterExpiry(t *testing.T) {
 	for _, sh := range guardShapes {
 		t.Run(sh.name, func(t *testing.T) {
 			clk := newFakeClock()
 			st := newRecordStore(t, clk)
-			svc, err := token.New(st, []token.Key{{ID: "k1", Secret: []byte(strings.Repeat("s", 32))}},
-				token.WithMachineID(uint16(100+machineIDs.Add(1))), token.WithClock(clk.Now))
-			if err != nil {
-				t.Fatal(err)
-			}
+			svc := newTokenService(t, st, token.WithClock(clk.Now))
 			app := &checkoutApp{}
-			h := sh.mount(handlers.NewGuard(svc, handlers.WithTokenRecords(idempotency.New(st, idempotency.WithClock(clk.Now))), quietGuard), app)
+			h := sh.mount(guard.RequireToken(svc, "checkout", guard.WithRecords(idempotency.New(st, idempotency.WithClock(clk.Now))), quiet), app)
 			issue := func() string {
 				is, err := svc.Issue(context.Background(), token.IssueRequest{Purpose: "checkout", TTL: 10 * time.Second})
 				if err != nil {
@@ -445,7 +428,7 @@ func TestGuardTokenRecordsAfterExpiry(t *testing.T) {
 				t.Fatalf("first: %d %v", w.Code, w.Header())
 			}
 			clk.Advance(time.Minute) // past exp and the leeway
-			if w := submit(h, used, false); w.Code != 303 || w.Header().Get("Location") != "/orders/1" || w.Header().Get(handlers.IdempotentReplayedHeader) != "true" {
+			if w := submit(h, used, false); w.Code != 303 || w.Header().Get("Location") != "/orders/1" || w.Header().Get(idempotency.ReplayedHeader) != "true" {
 				t.Fatalf("a late duplicate: %d %q %v", w.Code, codeOf(w), w.Header())
 			}
 			if w := submit(h, unused, false); w.Code != 401 || codeOf(w) != "token_expired" || app.runs.Load() != 1 {

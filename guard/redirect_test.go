@@ -1,4 +1,4 @@
-package handlers_test
+package guard_test
 
 import (
 	"fmt"
@@ -9,7 +9,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 
-	"github.com/replayguard/replayguard/handlers"
+	"github.com/replayguard/replayguard/guard"
 )
 
 func TestSeeOther(t *testing.T) {
@@ -32,11 +32,11 @@ func TestSeeOther(t *testing.T) {
 		serve func(w http.ResponseWriter, r *http.Request, url string)
 	}{
 		{"net/http", func(w http.ResponseWriter, r *http.Request, url string) {
-			handlers.SeeOther(w, r, url)
+			guard.SeeOther(w, r, url)
 		}},
 		{"gin", func(w http.ResponseWriter, r *http.Request, url string) {
 			e := gin.New()
-			e.Any("/*path", func(c *gin.Context) { handlers.SeeOther(c.Writer, c.Request, url) })
+			e.Any("/*path", func(c *gin.Context) { guard.SeeOther(c.Writer, c.Request, url) })
 			e.ServeHTTP(w, r)
 		}},
 	}
@@ -70,7 +70,7 @@ func ExampleSeeOther() {
 	r := gin.New()
 	r.POST("/orders", func(c *gin.Context) {
 		id := 42 // the order this request created
-		handlers.SeeOther(c.Writer, c.Request, fmt.Sprintf("/orders/%d", id))
+		guard.SeeOther(c.Writer, c.Request, fmt.Sprintf("/orders/%d", id))
 	})
 
 	w := httptest.NewRecorder()

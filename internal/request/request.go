@@ -1,0 +1,111 @@
+// Package request holds the steps every HTTP part of Replayguard takes
+// on an incoming request the same way: reading its body within a limit,
+// finding the client's IP, and checking RFC 9110 tokens.
+package request
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+
+	"github.com/replayguard/replayguard/problem"
+)
+
+// ReadBody reads r's body, at most limit bytes, and puts it back in
+// r.Body, unread, with a GetBody that gives it again (so a proxy can send
+// it once more). A request without a body, or with an empty one, gives
+// nil. A body over limit is problem.ErrTooLarge, whatever its
+// Content-Length says; a body that cannot be read is
+// problem.ErrBadRequest.
+func ReadBody(r *http.Request, limit int64) ([]byte, error) {
+	if r.Body == nil || r.Body == http.NoBody {
+		return nil, nil
+	}
+	tooLarge := fmt.Errorf("%w: the body is over %d bytes, the most this route reads", problem.ErrTooLarge, limit)
+	if r.ContentLength > limit {
+		return nil, tooLarge
+	}
+	data, err := io.ReadAll(io.LimitReader(r.Body, limit+1))
+	if err != nil {
+		if mbe, ok := errors.AsType[*http.MaxBytesError](err); ok {
+			return nil, fmt.Errorf("%w: the body is over %d bytes", problem.ErrTooLarge, mbe.Limit)
+		}
+		return nil, fmt.Errorf("%w: reading the body: %v", problem.ErrBadRequest, err)
+	}
+	if int64(len(data)) > limit {
+		return nil, tooLarge
+	}
+	_ = r.Body.Close()
+	if len(data) == 0 {
+		r.Body, r.GetBody = http.NoBody, func() (io.ReadCloser, error) { return http.NoBody, nil }
+		return nil, nil
+	}
+	r.Body = io.NopCloser(bytes.NewReader(data))
+	r.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(data)), nil }
+	return data, nil
+}
+
+type clientIPKey struct{}
+
+// WithClientIP returns a shallow copy of r that carries ip as its
+// client's IP, for a router that knows better than r.RemoteAddr (one that
+// believes its trusted proxies' X-Forwarded-For, as gin's ClientIP does).
+func WithClientIP(r *http.Request, ip string) *http.Request {
+	return r.WithContext(context.WithValue(r.Context(), clientIPKey{}, ip))
+}
+
+// ClientIP returns the IP of r's client: the one WithClientIP set, else
+// the host of r.RemoteAddr.
+func ClientIP(r *http.Request) string {
+	if ip, _ := r.Context().Value(clientIPKey{}).(string); ip != "" {
+		return ip
+	}
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		return r.RemoteAddr
+	}
+	return host
+}
+
+// IsToken reports whether s is an RFC 9110 token, the syntax of methods
+// and header names.
+func IsToken(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if !tchar[s[i]] {
+			return false
+		}
+	}
+	return true
+}
+
+// tchar marks the bytes RFC 9110 allows in a token.
+var tchar = func() (t [256]bool) {
+	for c := '0'; c <= '9'; c++ {
+		t[c] = true
+	}
+	for c := 'a'; c <= 'z'; c++ {
+		t[c], t[c-'a'+'A'] = true, true
+	}
+	for _, c := range "!#$%&'*+-.^_`|~" {
+		t[c] = true
+	}
+	return t
+}()
+
+// ValidFieldValue reports whether v may be an HTTP field value: no
+// control characters but horizontal tab.
+func ValidFieldValue(v string) bool {
+	for i := 0; i < len(v); i++ {
+		if b := v[i]; b < ' ' && b != '\t' || b == 0x7f {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,253 @@
+package problem
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/replayguard/replayguard/idempotency"
+	"github.com/replayguard/replayguard/replay"
+	"github.com/replayguard/replayguard/store"
+	"github.com/replayguard/replayguard/token"
+)
+
+// Errors of the HTTP layer, beside the sentinels of the packages the
+// table covers. Wrap them with %w to add a detail the client sees (for a
+// 4xx answer).
+var (
+	// ErrBadRequest: the request body or parameters are malformed.
+	ErrBadRequest = errors.New("bad request")
+	// ErrTooLarge: the request body is over the size limit.
+	ErrTooLarge = errors.New("payload too large")
+	// ErrUnauthorized: a required API key is missing or wrong.
+	ErrUnauthorized = errors.New("unauthorized")
+	// ErrSubjectNotAllowed: a subject was asked for without a valid API key.
+	ErrSubjectNotAllowed = errors.New("subject not allowed")
+	// ErrRateLimited: the client is over its rate.
+	ErrRateLimited = errors.New("rate limited")
+	// ErrNotFound: no route matches the path.
+	ErrNotFound = errors.New("not found")
+	// ErrMethodNotAllowed: the route exists for other methods.
+	ErrMethodNotAllowed = errors.New("method not allowed")
+	// ErrCORSRejected: a CORS preflight from an origin that is not allowed.
+	ErrCORSRejected = errors.New("cors origin not allowed")
+	// ErrUpstreamUnavailable: the gateway's app could not be reached or
+	// did not answer in time.
+	ErrUpstreamUnavailable = errors.New("upstream unavailable")
+	// ErrInternal: a bug; the request was not carried out.
+	ErrInternal = errors.New("internal error")
+)
+
+// TypePrefix starts every problem's type URI; the problem code follows
+// it, e.g. "urn:replayguard:problem:token_used".
+const TypePrefix = "urn:replayguard:problem:"
+
+// Problem is an RFC 9457 problem details object with a stable Code.
+type Problem struct {
+	Type   string `json:"type"`
+	Title  string `json:"title"`
+	Status int    `json:"status"`
+	Detail string `json:"detail"`
+	// Code is the stable, machine-readable problem code.
+	Code string `json:"code"`
+	// RequestID is the request's X-Request-ID, when there is one.
+	RequestID string `json:"request_id,omitempty"`
+	// ServerTime is the server's clock reading (RFC 3339, UTC) on
+	// signature_expired, so a client can see its clock skew.
+	ServerTime string `json:"server_time,omitempty"`
+	// RetryAfter is sent as the Retry-After header, in whole seconds
+	// rounded up; zero sends none.
+	RetryAfter time.Duration `json:"-"`
+}
+
+// spec is one row of the table.
+type spec struct {
+	err    error
+	status int
+	code   string
+	title  string
+	// detail is said when the error carries no detail of its own, and
+	// always for 5xx answers, so store addresses never reach clients.
+	detail string
+	// retryAfter is the Retry-After of the row, unless the error carries
+	// its own (RetryAfter).
+	retryAfter time.Duration
+}
+
+// table is the one place where errors become HTTP statuses and codes.
+// The first entry that errors.Is matches wins.
+var table = []spec{
+	{err: token.ErrBadRequest, status: 400, code: "invalid_request", title: "Invalid request", detail: "The request is malformed."},
+	{err: ErrBadRequest, status: 400, code: "invalid_request", title: "Invalid request", detail: "The request is malformed."},
+	{err: idempotency.ErrBadLease, status: 400, code: "invalid_request", title: "Invalid request", detail: "The request is malformed."},
+	{err: idempotency.ErrKeyMissing, status: 400, code: "idempotency_key_missing", title: "Idempotency key missing", detail: "This route requires an Idempotency-Key header, such as Idempotency-Key: \"8e03978e-40d5-43e8-bc93-6894a57f9324\"."},
+	{err: idempotency.ErrInvalidKey, status: 400, code: "invalid_idempotency_key", title: "Invalid idempotency key", detail: "The Idempotency-Key header must be one RFC 8941 sf-string of 1 to 255 characters, such as \"8e03978e-40d5-43e8-bc93-6894a57f9324\"."},
+	{err: ErrUnauthorized, status: 401, code: "unauthorized", title: "Missing or invalid API key", detail: "Send Authorization: Bearer <API key>."},
+	{err: token.ErrInvalid, status: 401, code: "token_invalid", title: "Invalid token", detail: "The token is malformed, forged, or signed with a key this server does not know. Fetch a new token."},
+	{err: token.ErrExpired, status: 401, code: "token_expired", title: "Token expired", detail: "The token has expired. Fetch a new token."},
+	{err: replay.ErrMissing, status: 401, code: "signature_missing", title: "Signature missing", detail: "Sign the request with HTTP Message Signatures (RFC 9421): send Signature-Input and Signature."},
+	{err: replay.ErrInvalid, status: 401, code: "signature_invalid", title: "Invalid signature", detail: "The signature is malformed, made with an unknown key or algorithm, does not match the request, or lacks a required component or parameter."},
+	{err: replay.ErrExpired, status: 401, code: "signature_expired", title: "Signature expired", detail: "The signature's created time is outside the server's window; server_time is the server's clock. Sign again with a correct clock."},
+	{err: replay.ErrReplayed, status: 401, code: "replayed_request", title: "Replayed request", detail: "This key ID and nonce were used before. Sign every request with a fresh nonce."},
+	{err: ErrSubjectNotAllowed, status: 403, code: "subject_not_allowed", title: "Subject requires an API key", detail: "Present a valid API key to bind a token to a subject."},
+	{err: token.ErrPurposeMismatch, status: 403, code: "purpose_mismatch", title: "Token issued for another purpose", detail: "The token was issued for another purpose; it stays valid for that one."},
+	{err: token.ErrSubjectMismatch, status: 403, code: "subject_mismatch", title: "Token bound to another subject", detail: "The token is bound to another subject; it stays valid for that one."},
+	{err: ErrCORSRejected, status: 403, code: "cors_rejected", title: "Origin not allowed", detail: "This origin, method or header is not allowed to issue tokens."},
+	{err: ErrNotFound, status: 404, code: "not_found", title: "Not found", detail: "No such route."},
+	{err: ErrMethodNotAllowed, status: 405, code: "method_not_allowed", title: "Method not allowed", detail: "The route exists for other methods."},
+	{err: token.ErrUsed, status: 409, code: "token_used", title: "Token already used", detail: "The token was already redeemed. Fetch a new token for a new request."},
+	{err: idempotency.ErrInProgress, status: 409, code: "request_in_progress", title: "Request in progress", detail: "A request with this idempotency key is still being processed. Retry after Retry-After seconds to get its response.", retryAfter: time.Second},
+	{err: idempotency.ErrNotStored, status: 409, code: "response_not_stored", title: "Response not stored", detail: "The request with this idempotency key was processed, but its response was too large to store, so it cannot be repeated."},
+	{err: idempotency.ErrNotProcessing, status: 409, code: "record_not_processing", title: "No processing record", detail: "The token has no processing record to complete or release: it was not redeemed with \"record\": true, its record was completed or released already, or its lease ended."},
+	{err: idempotency.ErrFingerprintMismatch, status: 422, code: "idempotency_key_reused", title: "Idempotency key reused", detail: "This idempotency key was used for a different request (another method, route or body). Use a new key for a new request."},
+	{err: ErrTooLarge, status: 413, code: "payload_too_large", title: "Payload too large", detail: "The body is over 64 KiB."},
+	{err: ErrRateLimited, status: 429, code: "rate_limited", title: "Too many requests", detail: "Too many tokens for this client; retry after Retry-After seconds."},
+	{err: ErrUpstreamUnavailable, status: 502, code: "upstream_unavailable", title: "Upstream unavailable", detail: "The application behind Replayguard could not be reached or did not answer in time. Retry later."},
+	{err: store.ErrFull, status: 503, code: "store_full", title: "Store full", detail: "The store holds as many live entries as it may; nothing was done. Retry later.", retryAfter: time.Second},
+	{err: store.ErrUnavailable, status: 503, code: "store_unavailable", title: "Store unavailable", detail: "The store did not confirm the operation; nothing was done. Retry later.", retryAfter: time.Second},
+}
+
+var internal = spec{err: ErrInternal, status: 500, code: "internal_error", title: "Internal error", detail: "An unexpected error occurred; nothing was done."}
+
+func specFor(err error) spec {
+	for _, p := range table {
+		if errors.Is(err, p.err) {
+			return p
+		}
+	}
+	return internal
+}
+
+// Code returns the problem code err is answered with, for metrics and
+// logs: "token_used", say, or "internal_error" for an error the table
+// does not know.
+func Code(err error) string { return specFor(err).code }
+
+// For returns the problem err is answered with. Errors the table does not
+// know become 500 internal_error. A 4xx problem's detail says what was
+// wrong with the request when the error says so (the text after the
+// sentinel's, as fmt.Errorf("%w: detail", sentinel) writes it), else the
+// code's fixed text; a 5xx problem's detail is always fixed, so store
+// addresses and internal errors never reach clients, and so is
+// token_invalid's, since naming the failed check would help a forger.
+// signature_expired carries ServerTime, the server's clock reading from
+// the *replay.ExpiredError (or now, when the error has none), and the
+// error's reason as its detail.
+func For(err error) Problem {
+	p := specFor(err)
+	pr := Problem{Type: TypePrefix + p.code, Title: p.title, Status: p.status, Code: p.code, Detail: p.detail, RetryAfter: p.retryAfter}
+	if p.status < 500 && p.err != token.ErrInvalid {
+		if d := strings.TrimPrefix(err.Error(), p.err.Error()+": "); d != err.Error() {
+			pr.Detail = d
+		}
+	}
+	var ra retryAfter
+	if errors.As(err, &ra) {
+		pr.RetryAfter = ra.after
+	}
+	if p.err == replay.ErrExpired {
+		now := time.Now()
+		var ee *replay.ExpiredError
+		if errors.As(err, &ee) {
+			if !ee.ServerTime.IsZero() {
+				now = ee.ServerTime
+			}
+			if ee.Reason != "" {
+				pr.Detail = strings.TrimPrefix(ee.Reason, replay.ErrExpired.Error()+": ")
+			}
+		}
+		pr.ServerTime = now.UTC().Format(time.RFC3339)
+	}
+	return pr
+}
+
+// retryAfter carries a Retry-After for an error's answer.
+type retryAfter struct {
+	error
+	after time.Duration
+}
+
+func (e retryAfter) Unwrap() error { return e.error }
+
+// RetryAfter returns err, answered with Retry-After: d (in whole seconds,
+// rounded up, at least 1).
+func RetryAfter(err error, d time.Duration) error { return retryAfter{err, d} }
+
+// Write answers w with the problem for err as application/problem+json,
+// with the request ID w carries (see RequestIDHeader).
+func Write(w http.ResponseWriter, err error) { For(err).Write(w) }
+
+// Write answers w with p as application/problem+json. It sets
+// Cache-Control: no-store, Retry-After when p has one, WWW-Authenticate:
+// Bearer on 401 unauthorized and WWW-Authenticate: Signature on the
+// signature 401s, and p.RequestID from w's X-Request-ID header when
+// empty.
+func (p Problem) Write(w http.ResponseWriter) {
+	h := w.Header()
+	if p.RequestID == "" {
+		p.RequestID = h.Get(RequestIDHeader)
+	}
+	h.Set("Content-Type", "application/problem+json")
+	h.Set("Cache-Control", "no-store")
+	if p.RetryAfter > 0 {
+		secs := int((p.RetryAfter + time.Second - 1) / time.Second)
+		h.Set("Retry-After", strconv.Itoa(max(secs, 1)))
+	}
+	switch {
+	case p.Code == "unauthorized":
+		h.Set("WWW-Authenticate", `Bearer realm="replayguard"`)
+	case signatureCodes[p.Code]:
+		h.Set("WWW-Authenticate", `Signature realm="replayguard"`)
+	}
+	w.WriteHeader(p.Status)
+	_ = json.NewEncoder(w).Encode(p)
+}
+
+// signatureCodes are the 401 problems of replay's refusals.
+var signatureCodes = map[string]bool{
+	"signature_missing": true, "signature_invalid": true, "signature_expired": true, "replayed_request": true,
+}
+
+// RequestIDHeader carries the request ID, echoed on every response and
+// in every problem.
+const RequestIDHeader = "X-Request-ID"
+
+type requestIDKey struct{}
+
+// WithRequestID returns ctx carrying the request ID id.
+func WithRequestID(ctx context.Context, id string) context.Context {
+	return context.WithValue(ctx, requestIDKey{}, id)
+}
+
+// RequestID returns the ID of the request ctx belongs to, or "".
+func RequestID(ctx context.Context) string {
+	id, _ := ctx.Value(requestIDKey{}).(string)
+	return id
+}
+
+// ForwardAuth returns p with the status a forward-auth endpoint answers
+// it with: the one place where such answers depart from the table,
+// because nginx's auth_request passes on only 2xx, 401 and 403 (any
+// other status becomes a 500 for the client):
+//
+//   - 401 stays for unauthorized (the proxy sent no valid API key);
+//   - every other 4xx becomes 403, keeping its code: the token is
+//     missing, invalid, expired, used, or for another purpose or subject,
+//     or the configured purpose or subject is malformed;
+//   - 5xx stays as it is: store_unavailable and store_full are 503, which
+//     nginx turns into 500, so the request fails closed.
+//
+// Traefik passes any status on, with the problem body.
+func (p Problem) ForwardAuth() Problem {
+	switch {
+	case p.Code == "unauthorized":
+		p.Status = http.StatusUnauthorized
+	case p.Status >= 400 && p.Status < 500:
+		p.Status = http.StatusForbidden
+	}
+	return p
+}
