@@ -153,8 +153,8 @@ func (u *upstream) requests() []seen {
 // redeemFails fails every redemption, like a store that is down.
 type redeemFails struct{ store.Store }
 
-func (redeemFails) RedeemToken(context.Context, string, store.Token) (store.RedeemResult, error) {
-	return 0, errors.New("dial tcp 10.9.8.7:6379: connect: connection refused")
+func (redeemFails) Redeem(context.Context, string, store.Token, string, time.Duration) (store.RedeemResult, store.Record, error) {
+	return 0, store.Record{}, store.Unavailable("redis", errors.New("dial tcp 10.9.8.7:6379: connect: connection refused"))
 }
 
 var machineIDs uint16 = 300
