@@ -20,6 +20,7 @@ import (
 	"github.com/replayguard/replayguard/metrics"
 	"github.com/replayguard/replayguard/problem"
 	"github.com/replayguard/replayguard/replay"
+	"github.com/replayguard/replayguard/store"
 	"github.com/replayguard/replayguard/token"
 )
 
@@ -55,6 +56,7 @@ type Gateway struct {
 	scope     func(*http.Request) string
 	window    time.Duration
 	clientIP  func(*http.Request) string
+	quota     guard.Option // WithCallerQuota
 	transport http.RoundTripper
 	timeout   time.Duration
 	log       *slog.Logger
@@ -80,8 +82,17 @@ func WithVerifier(v *replay.Verifier) Option { return func(g *Gateway) { g.verif
 
 // WithScope sets whom an idempotency record belongs to (see
 // guard.WithScope and guard.ParseScope); a function returning "" falls
-// back to the client IP. Defaults to the client IP.
+// back to the default. Defaults to guard.Credentials(): the credentials
+// the request carries (Authorization, Cookie), else the client IP.
 func WithScope(f func(*http.Request) string) Option { return func(g *Gateway) { g.scope = f } }
+
+// WithCallerQuota bounds the idempotency records one caller may open on
+// PolicyIdempotencyKey and PolicyFingerprint routes with its keyed
+// requests: n per the route's retention, counted in lim (see
+// guard.WithCallerQuota). Defaults to none.
+func WithCallerQuota(lim store.Limiter, n int) Option {
+	return func(g *Gateway) { g.quota = guard.WithCallerQuota(lim, n) }
+}
 
 // WithFingerprintWindow sets how long PolicyFingerprint routes keep a
 // keyless request's response, from its completion, unless the route sets
@@ -258,7 +269,9 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case redirect != nil:
 		redirect.ServeHTTP(w, r)
 	case rt != nil:
-		r2 := r.WithContext(r.Context())
+		// The policy's scope falls back to the client IP this gateway
+		// finds (WithClientIP).
+		r2 := request.WithClientIP(r, g.clientIP(r))
 		r2.Pattern = pattern
 		rt.ServeHTTP(w, r2)
 	default:
@@ -348,9 +361,12 @@ func (g *Gateway) policy(rt Route) (http.Handler, error) {
 		keeper := g.routeKeeper(rt)
 		opts := append(common,
 			guard.WithKeyRequired(rt.Required),
-			guard.WithScope(g.scopeOf),
+			guard.WithScope(g.scope),
 			guard.UnsafeFailOpen(rt.FailOpen),
 			guard.WithMaxBody(int64(keeper.MaxBody())))
+		if g.quota != nil {
+			opts = append(opts, g.quota)
+		}
 		if m := patternMethod(rt.Match); m != "" {
 			opts = append(opts, guard.WithMethods(m))
 		}
@@ -395,17 +411,6 @@ func (g *Gateway) routeKeeper(rt Route) *idempotency.Keeper {
 		idempotency.WithRetention(rt.Retention),
 		idempotency.WithMaxBody(rt.MaxBody),
 	)
-}
-
-// scopeOf is the idempotency scope: the configured one, else the client
-// IP as WithClientIP finds it.
-func (g *Gateway) scopeOf(r *http.Request) string {
-	if g.scope != nil {
-		if s := g.scope(r); s != "" {
-			return s
-		}
-	}
-	return "ip:" + g.clientIP(r)
 }
 
 // recorded is the proxy for routes whose response is recorded.

@@ -1224,3 +1224,52 @@ func TestNewRefuses(t *testing.T) {
 		})
 	}
 }
+
+// TestScopeIsTheCallersCredentials: two users behind one NAT (one client
+// IP) who post the same body to a fingerprint route, or send the same key
+// to an idempotency_key route, each get their own execution and never the
+// other's response; a client whose IP changes between retries but whose
+// credentials do not still gets its replay.
+func TestScopeIsTheCallersCredentials(t *testing.T) {
+	a := newApp(t)
+	d := newDeps(t)
+	var ip atomic.Value
+	ip.Store("203.0.113.1")
+	gw := serve(t, a.url(t), `routes:
+  - match: "POST /cart"
+    policy: fingerprint
+    window: 1m
+  - match: "POST /orders"
+    policy: idempotency_key
+    required: true
+`, gateway.WithKeeper(d.keeper), gateway.WithClientIP(func(*http.Request) string { return ip.Load().(string) }))
+	type step struct {
+		name       string
+		path, ip   string
+		header     []string
+		wantReplay bool
+		wantRuns   int
+	}
+	const body = `{"item":"book","qty":1}`
+	steps := []step{
+		{"alice adds to her cart", "/cart", "203.0.113.1", []string{"Cookie", "session=alice"}, false, 1},
+		{"bob, behind the same NAT, adds the same", "/cart", "203.0.113.1", []string{"Cookie", "session=bob"}, false, 2},
+		{"alice's double submit", "/cart", "203.0.113.1", []string{"Cookie", "session=alice"}, true, 2},
+		{"carol orders with key k", "/orders", "203.0.113.1", []string{"Authorization", "Bearer carol", "Idempotency-Key", `"k"`}, false, 3},
+		{"dave, behind the same NAT, uses key k too", "/orders", "203.0.113.1", []string{"Authorization", "Bearer dave", "Idempotency-Key", `"k"`}, false, 4},
+		{"carol retries from her phone's new IP", "/orders", "198.51.100.9", []string{"Authorization", "Bearer carol", "Idempotency-Key", `"k"`}, true, 4},
+	}
+	replayed := map[string]string{} // first body each caller got
+	for _, s := range steps {
+		ip.Store(s.ip)
+		status, h, got := do(t, newRequest(t, "POST", gw.URL+s.path, body, append([]string{"Content-Type", "application/json"}, s.header...)...))
+		if status != http.StatusCreated || (h.Get("Idempotent-Replayed") == "true") != s.wantReplay || len(a.requests()) != s.wantRuns {
+			t.Fatalf("%s: %d, replayed %q, %d runs; want 201, replayed %v, %d runs", s.name, status, h.Get("Idempotent-Replayed"), len(a.requests()), s.wantReplay, s.wantRuns)
+		}
+		caller := s.path + " " + strings.Join(s.header[:2], "=")
+		if first, ok := replayed[caller]; ok && first != got {
+			t.Fatalf("%s: got %s, want the caller's own first answer %s", s.name, got, first)
+		}
+		replayed[caller] = got
+	}
+}

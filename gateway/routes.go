@@ -15,6 +15,7 @@ import (
 	"github.com/goccy/go-yaml/ast"
 
 	"github.com/replayguard/replayguard/idempotency"
+	"github.com/replayguard/replayguard/internal/size"
 	"github.com/replayguard/replayguard/token"
 )
 
@@ -235,7 +236,7 @@ func parseRoute(node ast.Node, name string) (Route, error) {
 		return Route{}, fail("window", "%v", err)
 	}
 	if f.MaxBody != nil {
-		if rt.MaxBody, err = idempotency.ParseSize(scalarText(f.MaxBody)); err != nil {
+		if rt.MaxBody, err = parseMaxBody(scalarText(f.MaxBody)); err != nil {
 			return Route{}, fail("max_body", "%v", err)
 		}
 	}
@@ -264,6 +265,12 @@ func durationValue(v any, least time.Duration) (time.Duration, error) {
 		return 0, fmt.Errorf("must be at least %v, got %s", least, s)
 	}
 	return d, nil
+}
+
+// parseMaxBody reads a body cap, at most idempotency.MaxBodyLimit.
+func parseMaxBody(s string) (int, error) {
+	n, err := size.Parse(s, idempotency.MaxBodyLimit)
+	return int(n), err
 }
 
 // register adds pattern to mux, turning ServeMux's panic on an invalid

@@ -29,9 +29,11 @@
 //
 // Idempotent runs a route's handler once per Idempotency-Key
 // (draft-ietf-httpapi-idempotency-key-header) and answers every duplicate
-// with the stored response of that run. Keys are scoped to the caller
-// (WithScope), the method and the route; the request fingerprint (method,
-// route, path, query and canonical body) tells a retry from a reused key.
+// with the stored response of that run. Keys are scoped to the caller (its
+// credentials, else its IP: see Credentials and WithScope), the method and
+// the route; the request fingerprint (method, route, path, query and
+// canonical body) tells a retry from a reused key. WithCallerQuota bounds
+// the records one caller may open.
 // The response is buffered and the record completed before the first byte
 // goes out; a 5xx or a panic releases the record so the retry runs, a 4xx
 // is stored. WithFingerprintWindow collapses keyless double submits inside

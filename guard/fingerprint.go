@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"mime"
 	"mime/multipart"
@@ -13,13 +14,18 @@ import (
 	"net/url"
 	"slices"
 	"strings"
+
+	"github.com/replayguard/replayguard/problem"
 )
 
 // fingerprint returns the hex SHA-256 of what identifies a request for
 // idempotency: its method, route, path, query and body, the body in
 // canonical form (see canonicalBody) and the fields in ignore left out.
-func fingerprint(r *http.Request, route string, body []byte, ignore map[string]bool) string {
-	kind, canon := canonicalBody(r.Header.Get("Content-Type"), body, ignore)
+func fingerprint(r *http.Request, route string, body []byte, ignore map[string]bool) (string, error) {
+	kind, canon, err := canonicalBody(r.Header.Get("Content-Type"), body, ignore)
+	if err != nil {
+		return "", err
+	}
 	b := make([]byte, 0, 256+len(canon))
 	b = appendField(b, r.Method)
 	b = appendField(b, route)
@@ -28,7 +34,7 @@ func fingerprint(r *http.Request, route string, body []byte, ignore map[string]b
 	b = appendField(b, kind)
 	b = appendField(b, canon)
 	sum := sha256.Sum256(b)
-	return hex.EncodeToString(sum[:])
+	return hex.EncodeToString(sum[:]), nil
 }
 
 // canonicalQuery sorts the query's parameters by name (keeping the order
@@ -60,7 +66,12 @@ func canonicalQuery(raw string, ignore map[string]bool) string {
 //     SHA-256 of its content, ignored ones left out;
 //   - anything else, or a body that does not parse as its type says: the
 //     bytes as they are, with the media type.
-func canonicalBody(contentType string, body []byte, ignore map[string]bool) (kind, canon string) {
+//
+// A JSON body that names a member twice in one object is refused with
+// problem.ErrBadRequest: parsers disagree on which one wins (Go's takes
+// the last, some the first), so {"amount":1,"amount":1000} and
+// {"amount":1000} must not pass for the same request.
+func canonicalBody(contentType string, body []byte, ignore map[string]bool) (kind, canon string, err error) {
 	mt, params, err := mime.ParseMediaType(contentType)
 	if err != nil {
 		mt = strings.ToLower(strings.TrimSpace(contentType))
@@ -68,23 +79,77 @@ func canonicalBody(contentType string, body []byte, ignore map[string]bool) (kin
 	if len(body) > 0 {
 		switch {
 		case mt == "application/json" || strings.HasSuffix(mt, "+json"):
+			if name, dup := duplicateMember(body); dup {
+				return "", "", fmt.Errorf("%w: the JSON body names the member %q twice in one object; send each member once", problem.ErrBadRequest, clip(name))
+			}
 			if c, ok := canonicalJSON(body, ignore); ok {
-				return "json", c
+				return "json", c, nil
 			}
 		case mt == "application/x-www-form-urlencoded":
 			if f, err := url.ParseQuery(string(body)); err == nil {
 				for name := range ignore {
 					delete(f, name)
 				}
-				return "form", f.Encode()
+				return "form", f.Encode(), nil
 			}
 		case mt == "multipart/form-data":
 			if c, ok := canonicalMultipart(body, params["boundary"], ignore); ok {
-				return "multipart", c
+				return "multipart", c, nil
 			}
 		}
 	}
-	return "raw:" + mt, string(body)
+	return "raw:" + mt, string(body), nil
+}
+
+// duplicateMember reports the first member name that appears twice in
+// one object of the JSON body, at any depth. A body that is not JSON has
+// none.
+func duplicateMember(body []byte) (string, bool) {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	type level struct {
+		names map[string]bool // nil for an array
+		key   bool            // the next token of an object is a name
+	}
+	var stack []level
+	for {
+		tok, err := dec.Token()
+		if err != nil {
+			return "", false
+		}
+		if n := len(stack); n > 0 && stack[n-1].names != nil {
+			top := &stack[n-1]
+			if name, ok := tok.(string); ok && top.key {
+				if top.names[name] {
+					return name, true
+				}
+				top.names[name] = true
+				top.key = false
+				continue
+			}
+			if d, ok := tok.(json.Delim); !ok || d == '{' || d == '[' {
+				top.key = true // a value: the next token is a name
+			}
+		}
+		switch tok {
+		case json.Delim('{'):
+			stack = append(stack, level{names: map[string]bool{}, key: true})
+		case json.Delim('['):
+			stack = append(stack, level{})
+		case json.Delim('}'), json.Delim(']'):
+			stack = stack[:len(stack)-1]
+			if len(stack) == 0 {
+				return "", false
+			}
+		}
+	}
+}
+
+// clip shortens s, a value from the request, for an error message.
+func clip(s string) string {
+	if len(s) > 64 {
+		return s[:64] + "…"
+	}
+	return s
 }
 
 func canonicalJSON(body []byte, ignore map[string]bool) (string, bool) {

@@ -9,6 +9,7 @@ import (
 	"github.com/replayguard/replayguard/idempotency"
 	"github.com/replayguard/replayguard/metrics"
 	"github.com/replayguard/replayguard/problem"
+	"github.com/replayguard/replayguard/store"
 )
 
 // Defaults of the options below.
@@ -46,6 +47,8 @@ type settings struct {
 	releases func(status int) bool
 	failOpen bool
 	window   time.Duration // fingerprint mode when > 0
+	quota    store.Limiter // WithCallerQuota; nil: none
+	quotaN   int
 
 	// RequireSignature
 	scheme, authority string

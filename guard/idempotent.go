@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -39,45 +40,78 @@ func WithKeyRequired(required bool) Option { return func(s *settings) { s.requir
 // WithScope sets whom a stored key belongs to (Idempotent): f returns the
 // caller's identity (a user or tenant ID, say), and one caller's key never
 // reaches another caller's record. A function returning "" falls back to
-// the client IP. See ScopeHeader and ParseScope. Defaults to the client
-// IP: the host of r.RemoteAddr, or gin's ClientIP through Gin.
+// the default. Defaults to Credentials(): the credentials the request
+// carries, else the client IP (the host of r.RemoteAddr, or gin's ClientIP
+// through Gin).
 func WithScope(f func(*http.Request) string) Option { return func(s *settings) { s.scope = f } }
 
-// ScopeHeader returns a scope function for WithScope that identifies the
-// caller by a SHA-256 of the values of the request header name, such as
-// Authorization: callers presenting the same credential share their
-// keys. Requests without the header fall back to the client IP.
-func ScopeHeader(name string) func(*http.Request) string {
-	name = http.CanonicalHeaderKey(name)
+// credentialHeaders are the headers that carry a caller's credentials in
+// every scope Credentials makes.
+var credentialHeaders = []string{"Authorization", "Cookie"}
+
+// Credentials returns the scope function that identifies a caller by a
+// SHA-256 of the credentials its request carries: the Authorization and
+// Cookie headers and the headers named in extra (an API key or tenant
+// header, say), those that are present. A request that carries none of
+// them returns "", so the client IP identifies it.
+//
+// Credentials come first because a stored response must never reach
+// anyone but the caller that made the request: two users behind one NAT
+// or proxy share an IP but not a session, and a mobile client whose IP
+// changes between retries keeps its credentials, and so its replay. The
+// price: a retry whose credentials changed (a refreshed bearer token, a
+// rotated session cookie) is a new caller and runs again. For a stable
+// identity, scope by the account your application knows (WithScope) or by
+// a header a trusted proxy sets with it.
+func Credentials(extra ...string) func(*http.Request) string {
+	names := append([]string(nil), credentialHeaders...)
+	for _, n := range extra {
+		if n = http.CanonicalHeaderKey(n); !slices.Contains(names, n) {
+			names = append(names, n)
+		}
+	}
 	return func(r *http.Request) string {
-		vs := r.Header.Values(name)
-		if len(vs) == 0 {
+		var b []byte
+		for _, name := range names {
+			vs := r.Header.Values(name)
+			if len(vs) == 0 {
+				continue
+			}
+			b = appendField(b, name)
+			b = binary.AppendUvarint(b, uint64(len(vs)))
+			for _, v := range vs {
+				b = appendField(b, v)
+			}
+		}
+		if b == nil {
 			return ""
 		}
-		var b []byte
-		for _, v := range vs {
-			b = appendField(b, v)
-		}
 		sum := sha256.Sum256(b)
-		return "header:" + name + ":" + hex.EncodeToString(sum[:])
+		return "cred:" + hex.EncodeToString(sum[:])
 	}
 }
 
+// defaultScope is Credentials().
+var defaultScope = Credentials()
+
 // DefaultScope is the setting ParseScope reads as the default scope.
-const DefaultScope = "client_ip"
+const DefaultScope = "credentials"
 
 // ParseScope returns the scope function a setting names: DefaultScope
-// ("client_ip", or "") for the client IP, which is nil, the default;
-// "header:Name" for ScopeHeader(Name).
+// ("credentials", or "") for Credentials(), which is nil, the default;
+// "header:Name" for Credentials(Name), the credentials and that header.
+// "client_ip", the default of earlier versions, reads as DefaultScope: the
+// client IP alone would hand one caller's response to another behind the
+// same NAT, so it applies only to requests without credentials.
 func ParseScope(spec string) (func(*http.Request) string, error) {
 	spec = strings.TrimSpace(spec)
 	switch name, ok := strings.CutPrefix(spec, "header:"); {
-	case spec == "" || spec == DefaultScope:
+	case spec == "" || spec == DefaultScope || spec == "client_ip":
 		return nil, nil
 	case ok && request.IsToken(name):
-		return ScopeHeader(name), nil
+		return Credentials(name), nil
 	}
-	return nil, fmt.Errorf("idempotency scope %q: want client_ip or header:<Header-Name>", spec)
+	return nil, fmt.Errorf("idempotency scope %q: want credentials or header:<Header-Name>", spec)
 }
 
 // WithIgnoredFields leaves these fields out of Idempotent's request
@@ -110,6 +144,20 @@ func WithReleaseStatus(releases func(status int) bool) Option {
 // releaseServerErrors is the default release policy: every 5xx.
 func releaseServerErrors(status int) bool { return status >= 500 }
 
+// WithCallerQuota bounds the records one caller (its scope, see
+// WithScope) may open with Idempotent's keyed requests: at most n per the
+// Keeper's retention, counted in lim (the store's limiter: memory, Redis
+// or PostgreSQL), so that one caller can never take a bounded store's
+// room for records from everyone else. A request past it is refused with
+// 429 rate_limited and Retry-After before its handler runs; duplicates of
+// the caller's existing keys are still answered from their records. Since
+// a record lives for the retention, a caller holds at most about 2n live
+// records. Defaults to none (recommended with an unbounded store sized
+// for the traffic; cmd/server sets it on the memory store).
+func WithCallerQuota(lim store.Limiter, n int) Option {
+	return func(s *settings) { s.quota, s.quotaN = lim, n }
+}
+
 // UnsafeFailOpen, when open is true, lets Idempotent run the handler
 // without a record when the store cannot be reached (or is full), so
 // duplicates run again during an outage. Defaults to false (recommended):
@@ -141,7 +189,8 @@ func WithFingerprintWindow(window time.Duration) Option {
 //     WithMethods);
 //   - a missing key is 400 idempotency_key_missing (see WithKeyRequired,
 //     WithFingerprintWindow), a malformed one 400 invalid_idempotency_key;
-//   - the key is scoped to the caller (WithScope), the method and the
+//   - the key is scoped to the caller (its credentials, else its IP: see
+//     Credentials and WithScope), the method and the
 //     route (the ServeMux pattern, r.Pattern, else the request path);
 //   - the request is fingerprinted: a SHA-256 of the method, route, path,
 //     query and body in canonical form (JSON re-encoded with sorted keys,
@@ -217,7 +266,11 @@ func (s *settings) idempotent(w http.ResponseWriter, r *http.Request, keys, fing
 		return
 	}
 	rt := route(r)
-	fp := fingerprint(r, rt, body, s.ignore)
+	fp, err := fingerprint(r, rt, body, s.ignore)
+	if err != nil {
+		s.refuse(w, r, err)
+		return
+	}
 	if kind == "fingerprint" {
 		key = fp
 	}
@@ -226,9 +279,15 @@ func (s *settings) idempotent(w http.ResponseWriter, r *http.Request, keys, fing
 		scope = s.scope(r)
 	}
 	if scope == "" {
+		scope = defaultScope(r)
+	}
+	if scope == "" {
 		scope = "ip:" + request.ClientIP(r)
 	}
 	run, stored, err := keeper.Start(r.Context(), recordKey(kind, scope, r.Method, rt, key), fp)
+	if err == nil && run != nil && kind == "key" {
+		err = s.overQuota(r, run, scope, keeper.Retention())
+	}
 	switch {
 	case err == nil && run == nil:
 		writeStored(w, stored)
@@ -241,6 +300,25 @@ func (s *settings) idempotent(w http.ResponseWriter, r *http.Request, keys, fing
 	default:
 		s.record(w, r, run, keeper.MaxBody(), next)
 	}
+}
+
+// overQuota counts a new record of scope's against WithCallerQuota and,
+// when it is past the quota or cannot be counted, releases it and returns
+// the refusal.
+func (s *settings) overQuota(r *http.Request, run *idempotency.Run, scope string, period time.Duration) error {
+	if s.quota == nil || s.quotaN <= 0 {
+		return nil
+	}
+	ok, retry, err := s.quota.Allow(r.Context(), "records:"+scope, store.Limit{Rate: s.quotaN, Burst: s.quotaN, Period: period})
+	switch {
+	case err != nil:
+	case !ok:
+		err = problem.RetryAfter(fmt.Errorf("%w: this caller holds as many idempotency records as it may (%d per %v); retry after Retry-After seconds", problem.ErrRateLimited, s.quotaN, period), retry)
+	default:
+		return nil
+	}
+	_ = run.Release(r.Context())
+	return err
 }
 
 // recordKey is the store key of a request's record: a hash of the kind

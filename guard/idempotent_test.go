@@ -222,6 +222,13 @@ func TestIdempotentScenarios(t *testing.T) {
 			},
 		},
 		{
+			name: "a JSON body that names a member twice is refused before anything runs",
+			steps: []step{
+				{"amount twice", req{body: `{"amount":1,"amount":1000}`}, 400, "invalid_request", false, 0, ""},
+				{"the same key with the body the app reads", req{body: `{"amount":1000}`}, 201, "", false, 1, ""},
+			},
+		},
+		{
 			name: "form bodies are compared in canonical order",
 			steps: []step{
 				{"first", req{body: formA, ctype: "application/x-www-form-urlencoded"}, 201, "", false, 1, ""},
@@ -239,13 +246,25 @@ func TestIdempotentScenarios(t *testing.T) {
 			},
 		},
 		{
-			name: "a header scope keys on the credential, not the IP",
-			opts: []guard.Option{guard.WithScope(guard.ScopeHeader("Authorization"))},
+			name: "the scope is the caller's credentials before its IP",
 			steps: []step{
 				{"alice", req{header: http.Header{"Authorization": {"Bearer alice"}}}, 201, "", false, 1, `"run":1`},
 				{"alice from another IP", req{remote: "198.51.100.7:1", header: http.Header{"Authorization": {"Bearer alice"}}}, 201, "", true, 1, `"run":1`},
 				{"bob from alice's IP", req{header: http.Header{"Authorization": {"Bearer bob"}}}, 201, "", false, 2, `"run":2`},
-				{"no credential falls back to the IP", req{}, 201, "", false, 3, `"run":3`},
+				{"a session cookie behind the same NAT", req{header: http.Header{"Cookie": {"session=carol"}}}, 201, "", false, 3, `"run":3`},
+				{"another session behind the same NAT", req{header: http.Header{"Cookie": {"session=dave"}}}, 201, "", false, 4, `"run":4`},
+				{"carol again", req{header: http.Header{"Cookie": {"session=carol"}}}, 201, "", true, 4, `"run":3`},
+				{"no credential falls back to the IP", req{}, 201, "", false, 5, `"run":5`},
+			},
+		},
+		{
+			name: "a configured header is one of the credentials",
+			opts: []guard.Option{guard.WithScope(guard.Credentials("X-Tenant"))},
+			steps: []step{
+				{"tenant a", req{header: http.Header{"X-Tenant": {"a"}}}, 201, "", false, 1, `"run":1`},
+				{"tenant a from another IP", req{remote: "198.51.100.7:1", header: http.Header{"X-Tenant": {"a"}}}, 201, "", true, 1, `"run":1`},
+				{"tenant b", req{header: http.Header{"X-Tenant": {"b"}}}, 201, "", false, 2, `"run":2`},
+				{"tenant a with a session is another caller", req{header: http.Header{"X-Tenant": {"a"}, "Cookie": {"s=1"}}}, 201, "", false, 3, `"run":3`},
 			},
 		},
 		{
@@ -789,10 +808,11 @@ func TestParseScope(t *testing.T) {
 		wantErr   bool
 		wantScope bool
 	}{
-		{"client_ip", true, false, false},
+		{"credentials", true, false, false},
+		{"client_ip", true, false, false}, // the old default reads as the new one
 		{"", true, false, false},
 		{"header:Authorization", false, false, true},
-		{" header:X-Tenant ", false, false, false}, // absent header: ""
+		{" header:X-Tenant ", false, false, true}, // Authorization is there
 		{"header:", false, true, false},
 		{"header:Bad Name", false, true, false},
 		{"cookie:session", false, true, false},
@@ -866,5 +886,43 @@ func BenchmarkIdempotent(b *testing.B) {
 				}
 			})
 		})
+	}
+}
+
+// TestCallerQuota: one caller cannot open more records than its quota,
+// so it cannot take a bounded store's room from everyone else; its
+// duplicates are still answered, and other callers are not affected.
+func TestCallerQuota(t *testing.T) {
+	st := memory.New()
+	t.Cleanup(func() { _ = st.Close() })
+	var runs atomic.Int32
+	h := guard.Idempotent(idempotency.New(st), quiet, guard.WithCallerQuota(st, 2))(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		runs.Add(1)
+		w.WriteHeader(http.StatusCreated)
+	}))
+	alice := http.Header{"Authorization": {"Bearer alice"}}
+	steps := []struct {
+		name       string
+		q          req
+		wantStatus int
+		wantCode   string
+		wantRuns   int32
+	}{
+		{"alice's first key", req{keys: []string{`"a1"`}, header: alice}, 201, "", 1},
+		{"alice's second key", req{keys: []string{`"a2"`}, header: alice}, 201, "", 2},
+		{"alice's third key is past her quota", req{keys: []string{`"a3"`}, header: alice}, 429, "rate_limited", 2},
+		{"her first key's duplicate is still answered", req{keys: []string{`"a1"`}, header: alice}, 201, "", 2},
+		{"bob is not affected", req{keys: []string{`"a3"`}, header: http.Header{"Authorization": {"Bearer bob"}}}, 201, "", 3},
+		{"alice's refused key did not stay behind", req{keys: []string{`"a3"`}, header: alice}, 429, "rate_limited", 3},
+	}
+	for _, s := range steps {
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, s.q.build())
+		if w.Code != s.wantStatus || (s.wantCode != "" && problemCode(t, w) != s.wantCode) || runs.Load() != s.wantRuns {
+			t.Fatalf("%s: %d %s, %d runs; want %d %q, %d runs", s.name, w.Code, w.Body, runs.Load(), s.wantStatus, s.wantCode, s.wantRuns)
+		}
+		if w.Code == 429 && w.Header().Get("Retry-After") == "" {
+			t.Fatalf("%s: no Retry-After", s.name)
+		}
 	}
 }

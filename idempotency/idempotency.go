@@ -6,8 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -68,6 +66,9 @@ const (
 	DefaultMaxBody = 1 << 20
 	// MaxKeyLength is the longest key ParseKey accepts, in characters.
 	MaxKeyLength = 255
+	// MaxBodyLimit is the largest body cap a configuration should set (a
+	// route's max_body, REPLAYGUARD_IDEMPOTENCY_MAX_BODY): 64 MiB.
+	MaxBodyLimit = 64 << 20
 	// MinLockTTL is the shortest lease a configuration should set: the
 	// heartbeat renews it every third of it, and a lease much shorter than
 	// a store round trip would be lost while it runs.
@@ -355,7 +356,8 @@ func (r *Run) end() {
 // holding out, kept for the Keeper's retention; every duplicate from now
 // on gets out. A body over the cap is left out (BodyOmitted), so
 // duplicates get ErrNotStored; a caller that streams a result it cannot
-// store sets BodyOmitted itself. It runs even when ctx is done, since the
+// store sets BodyOmitted itself. So is an outcome a bounded store has no
+// room for (store.ErrFull): the record completes without it. It runs even when ctx is done, since the
 // work it records has happened, bounded by five seconds. It returns
 // ErrLeaseLost (ErrNotProcessing for a Run from ResumeToken) when the
 // record expired or was taken over first, and the store's error (wrapping
@@ -366,10 +368,16 @@ func (r *Run) Complete(ctx context.Context, out Outcome) error {
 	if len(out.Body) > r.k.maxBody {
 		out.Body, out.BodyOmitted = nil, true
 	}
-	data := encodeOutcome(out)
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finishTimeout)
 	defer cancel()
-	ok, err := r.k.store.Complete(ctx, r.key, r.owner, data, r.k.retention)
+	ok, err := r.k.store.Complete(ctx, r.key, r.owner, encodeOutcome(out), r.k.retention)
+	if errors.Is(err, store.ErrFull) && !out.BodyOmitted {
+		// A bounded store has no room for the response: record that it
+		// ran, without what it answered, rather than leave the record to
+		// its lease and let a retry run it again.
+		out = Outcome{Status: out.Status, BodyOmitted: true}
+		ok, err = r.k.store.Complete(ctx, r.key, r.owner, encodeOutcome(out), r.k.retention)
+	}
 	switch {
 	case err != nil:
 		return err
@@ -462,29 +470,4 @@ func (k *Keeper) Do(ctx context.Context, key, fingerprint string, fn func(ctx co
 		return out, false, err
 	}
 	return out, false, run.Complete(ctx, out)
-}
-
-// MaxBodyLimit is the largest body cap ParseSize accepts: 64 MiB.
-const MaxBodyLimit = 64 << 20
-
-// ParseSize reads a body cap for WithMaxBody as configuration gives it
-// (REPLAYGUARD_IDEMPOTENCY_MAX_BODY, a route's max_body): a number of
-// bytes (1048576) or one with a KiB or MiB suffix (1MiB), from 1 byte to
-// MaxBodyLimit.
-func ParseSize(s string) (int, error) {
-	bad := fmt.Errorf("%q is not a size: want bytes (1048576) or a KiB or MiB suffix (1MiB), from 1 byte to 64MiB", s)
-	digits, unit := s, 1
-	if d, ok := strings.CutSuffix(s, "KiB"); ok {
-		digits, unit = d, 1<<10
-	} else if d, ok := strings.CutSuffix(s, "MiB"); ok {
-		digits, unit = d, 1<<20
-	}
-	if digits == "" || strings.Trim(digits, "0123456789") != "" {
-		return 0, bad
-	}
-	n, err := strconv.Atoi(digits)
-	if err != nil || n < 1 || n > MaxBodyLimit/unit {
-		return 0, bad
-	}
-	return n * unit, nil
 }

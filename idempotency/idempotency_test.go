@@ -503,39 +503,26 @@ func TestTinyLeaseStillHeartbeats(t *testing.T) {
 	}
 }
 
-func TestParseSize(t *testing.T) {
-	tests := []struct {
-		in   string
-		want int // 0: an error
-	}{
-		{"1", 1},
-		{"65536", 65536},
-		{"512KiB", 512 << 10},
-		{"1MiB", 1 << 20},
-		{"64MiB", 64 << 20},
-		{"65MiB", 0},
-		{"67108865", 0},
-		{"0", 0},
-		{"", 0},
-		{"MiB", 0},
-		{"1 MiB", 0},
-		{"1mib", 0},
-		{"1MB", 0},
-		{"1.5MiB", 0},
-		{"-1", 0},
-		{"+1", 0},
-		{"99999999999999999999MiB", 0},
+// TestCompleteInAFullStoreOmitsTheBody: when a bounded store has no room
+// for the response, the record still completes, without it, so that a
+// duplicate gets ErrNotStored instead of running again after the lease.
+func TestCompleteInAFullStoreOmitsTheBody(t *testing.T) {
+	st := memory.New(memory.WithMaxBytes(64 << 10)) // records: 32 KiB
+	t.Cleanup(func() { _ = st.Close() })
+	k := idempotency.New(st)
+	ctx := context.Background()
+	big := strings.Repeat("x", 48<<10)
+	out, replayed, err := k.Do(ctx, "k", "fp", func(context.Context) (idempotency.Outcome, error) {
+		return idempotency.Outcome{Status: 201, Header: map[string][]string{"Location": {"/orders/7"}}, Body: []byte(big)}, nil
+	})
+	if err != nil || replayed || len(out.Body) != len(big) {
+		t.Fatalf("first = %d bytes, %v, %v; want the whole outcome", len(out.Body), replayed, err)
 	}
-	for _, tc := range tests {
-		got, err := idempotency.ParseSize(tc.in)
-		if tc.want == 0 {
-			if err == nil {
-				t.Errorf("ParseSize(%q) = %d, want an error", tc.in, got)
-			}
-			continue
-		}
-		if err != nil || got != tc.want {
-			t.Errorf("ParseSize(%q) = %d, %v, want %d", tc.in, got, err, tc.want)
-		}
+	out, _, err = k.Do(ctx, "k", "fp", func(context.Context) (idempotency.Outcome, error) {
+		t.Fatal("the duplicate ran")
+		return idempotency.Outcome{}, nil
+	})
+	if !errors.Is(err, idempotency.ErrNotStored) || out.Status != 201 {
+		t.Fatalf("duplicate = %+v, %v; want status 201 with ErrNotStored", out, err)
 	}
 }

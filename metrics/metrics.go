@@ -95,10 +95,19 @@ func (m *Metrics) SignatureVerification(outcome string) {
 }
 
 // Instrument returns st timed and counted by m. When st is also a
-// store.Limiter, so is the result. A nil m returns st unchanged.
+// store.Limiter, so is the result. When st is a store.Usager (the memory
+// store), m also reports how full it is, at every scrape:
+// replayguard_store_entries and replayguard_store_bytes (with their
+// bounds, replayguard_store_max_entries and replayguard_store_max_bytes),
+// each for pool="all" and pool="records", and replayguard_store_full (1
+// while the store refuses what does not fit). A nil m returns st
+// unchanged.
 func (m *Metrics) Instrument(st store.Store) store.Store {
 	if m == nil {
 		return st
+	}
+	if u, ok := st.(store.Usager); ok {
+		m.Registry.MustRegister(usageCollector{u})
 	}
 	is := &instrumented{Store: st, m: m, obs: map[string]prometheus.Observer{}, errs: map[string]prometheus.Counter{}}
 	for _, op := range []string{"put", "redeem", "nonce", "acquire", "renew", "complete", "release", "ping", "allow"} {
@@ -189,4 +198,41 @@ func (s *instrumentedLimiter) Allow(ctx context.Context, key string, l store.Lim
 	ok, retry, err := s.lim.Allow(ctx, key, l)
 	s.done("allow", start, err)
 	return ok, retry, err
+}
+
+// usageCollector reports a bounded store's usage at every scrape.
+type usageCollector struct{ st store.Usager }
+
+var (
+	usageEntries    = prometheus.NewDesc("replayguard_store_entries", "Entries the bounded store holds (pool all: every entry; records: the records among them).", []string{"pool"}, nil)
+	usageBytes      = prometheus.NewDesc("replayguard_store_bytes", "Bytes the bounded store's entries count towards its byte bound, by pool.", []string{"pool"}, nil)
+	usageMaxEntries = prometheus.NewDesc("replayguard_store_max_entries", "The bounded store's entry bound, by pool.", []string{"pool"}, nil)
+	usageMaxBytes   = prometheus.NewDesc("replayguard_store_max_bytes", "The bounded store's byte bound, by pool.", []string{"pool"}, nil)
+	usageFull       = prometheus.NewDesc("replayguard_store_full", "1 while the bounded store refuses what does not fit (GET /readyz answers 503 store_full), else 0.", nil, nil)
+)
+
+func (usageCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{usageEntries, usageBytes, usageMaxEntries, usageMaxBytes, usageFull} {
+		ch <- d
+	}
+}
+
+func (c usageCollector) Collect(ch chan<- prometheus.Metric) {
+	u := c.st.Usage()
+	gauge := func(d *prometheus.Desc, v int64, pool ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, float64(v), pool...)
+	}
+	gauge(usageEntries, u.Entries, "all")
+	gauge(usageEntries, u.Records, "records")
+	gauge(usageBytes, u.Bytes, "all")
+	gauge(usageBytes, u.RecordBytes, "records")
+	gauge(usageMaxEntries, u.MaxEntries, "all")
+	gauge(usageMaxEntries, u.MaxRecords, "records")
+	gauge(usageMaxBytes, u.MaxBytes, "all")
+	gauge(usageMaxBytes, u.MaxRecordBytes, "records")
+	full := int64(0)
+	if u.Full {
+		full = 1
+	}
+	gauge(usageFull, full)
 }

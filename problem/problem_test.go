@@ -175,3 +175,24 @@ func ExampleFor() {
 	// 503 urn:replayguard:problem:store_unavailable
 	//   detail: "The store did not confirm the operation; nothing was done. Retry later."
 }
+
+// TestStoreFailuresReadTheSameOnEveryPath: a store failure is one row of
+// the table whatever path met it, so a token route's 503 no longer speaks
+// of an idempotency record, and a full store is store_full for tokens,
+// nonces and records alike.
+func TestStoreFailuresReadTheSameOnEveryPath(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		code string
+	}{
+		{store.Unavailable("redis: redeem", errors.New("i/o timeout")), "store_unavailable"},
+		{fmt.Errorf("%w: redis: acquire: OOM command not allowed", store.ErrFull), "store_full"},
+		{store.ErrFull, "store_full"},
+		{store.ErrClosed, "store_unavailable"},
+	} {
+		p := problem.For(tc.err)
+		if p.Code != tc.code || p.Status != 503 || strings.Contains(strings.ToLower(p.Detail), "idempotency") || strings.Contains(strings.ToLower(p.Detail), "token") {
+			t.Errorf("For(%v) = %+v, want %s with a detail that names no kind of entry", tc.err, p, tc.code)
+		}
+	}
+}

@@ -226,6 +226,22 @@ type Record struct {
 	Response []byte
 }
 
+// Usage is what a bounded store holds against its bounds (see Usager).
+// Records count among the entries too.
+type Usage struct {
+	Entries, MaxEntries, Bytes, MaxBytes             int64
+	Records, MaxRecords, RecordBytes, MaxRecordBytes int64
+	// Full is true while the store refuses what does not fit: Ping then
+	// returns ErrFull.
+	Full bool
+}
+
+// Usager is a Store that is bounded and reports how full it is, such as
+// the memory store.
+type Usager interface {
+	Usage() Usage
+}
+
 // Limit is a rate: Rate events per Period, with bursts of up to Burst.
 type Limit struct {
 	Rate   int

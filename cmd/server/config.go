@@ -21,6 +21,7 @@ import (
 	"github.com/replayguard/replayguard/guard"
 	"github.com/replayguard/replayguard/handlers"
 	"github.com/replayguard/replayguard/idempotency"
+	"github.com/replayguard/replayguard/internal/size"
 	"github.com/replayguard/replayguard/replay"
 	"github.com/replayguard/replayguard/store"
 	"github.com/replayguard/replayguard/store/memory"
@@ -43,6 +44,7 @@ type config struct {
 	IdempotencyLockTTL   time.Duration
 	IdempotencyRetention time.Duration
 	IdempotencyMaxBody   int
+	PerCaller            int // records per caller and retention; -1: auto
 	IdempotencyScope     func(*http.Request) string // nil: the client IP
 	FingerprintWindow    time.Duration
 	// Gateway mode: Upstream nil means off.
@@ -55,6 +57,7 @@ type config struct {
 	KeyPrefix       string
 	StoreTimeout    time.Duration
 	MemoryMax       int
+	MemoryMaxBytes  int64
 	IssueRate       store.Limit
 	CORSOrigins     []string
 	TrustedProxies  []string
@@ -96,17 +99,6 @@ func duration(d time.Duration) string {
 		s = strings.TrimSuffix(s, "0m")
 	}
 	return s
-}
-
-// size writes n bytes as a setting's default, in MiB or KiB when whole.
-func size(n int) string {
-	switch {
-	case n%(1<<20) == 0:
-		return strconv.Itoa(n>>20) + "MiB"
-	case n%(1<<10) == 0:
-		return strconv.Itoa(n>>10) + "KiB"
-	}
-	return strconv.Itoa(n)
 }
 
 // rate writes l as REPLAYGUARD_ISSUE_RATE does: N/s, N/m or N/h.
@@ -173,12 +165,26 @@ var settings = []setting{
 			}
 			return err
 		}},
-	{"REPLAYGUARD_IDEMPOTENCY_MAX_BODY", "idempotency-max-body", size(idempotency.DefaultMaxBody), "largest response body an idempotency record stores, in bytes or with a KiB or MiB suffix (at most 64MiB)", false,
-		func(c *config, v string) (err error) {
-			c.IdempotencyMaxBody, err = idempotency.ParseSize(v)
+	{"REPLAYGUARD_IDEMPOTENCY_MAX_BODY", "idempotency-max-body", size.Format(idempotency.DefaultMaxBody), "largest response body an idempotency record stores, in bytes or with a KiB or MiB suffix (at most 64MiB)", false,
+		func(c *config, v string) error {
+			n, err := size.Parse(v, idempotency.MaxBodyLimit)
+			c.IdempotencyMaxBody = int(n)
 			return err
 		}},
-	{"REPLAYGUARD_IDEMPOTENCY_SCOPE", "idempotency-scope", guard.DefaultScope, "whom a stored idempotency key belongs to: client_ip, or header:<Name> for a hash of that request header", false,
+	{"REPLAYGUARD_IDEMPOTENCY_MAX_PER_CALLER", "idempotency-max-per-caller", autoValue, "idempotency records one caller may open per retention period (429 past it); auto: a tenth of the memory store's records, none on Redis", false,
+		func(c *config, v string) error {
+			if v == autoValue {
+				c.PerCaller = -1
+				return nil
+			}
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 0 {
+				return errors.New("must be auto or an integer of 0 (none) or more")
+			}
+			c.PerCaller = n
+			return nil
+		}},
+	{"REPLAYGUARD_IDEMPOTENCY_SCOPE", "idempotency-scope", guard.DefaultScope, "whom a stored idempotency key belongs to: credentials (Authorization and Cookie, else the client IP), or header:<Name> to add that request header", false,
 		func(c *config, v string) (err error) { c.IdempotencyScope, err = guard.ParseScope(v); return err }},
 	{"REPLAYGUARD_FINGERPRINT_WINDOW", "fingerprint-window", duration(guard.DefaultFingerprintWindow), "how long fingerprint routes replay a keyless request's response to identical requests, from its completion", false,
 		func(c *config, v string) (err error) {
@@ -254,7 +260,7 @@ var settings = []setting{
 		}},
 	{"REPLAYGUARD_STORE_TIMEOUT", "store-timeout", duration(redisstore.DefaultTimeout), "deadline of every store call", false,
 		func(c *config, v string) (err error) { c.StoreTimeout, err = parseDuration(v); return err }},
-	{"REPLAYGUARD_MEMORY_MAX_ENTRIES", "memory-max-entries", strconv.Itoa(memory.DefaultMaxEntries), "live tokens the embedded store holds at most", false,
+	{"REPLAYGUARD_MEMORY_MAX_ENTRIES", "memory-max-entries", strconv.Itoa(memory.DefaultMaxEntries), "entries (tokens, nonces, records) the embedded store holds at most; records take at most half", false,
 		func(c *config, v string) error {
 			n, err := strconv.Atoi(v)
 			if err != nil || n < 1 {
@@ -263,6 +269,8 @@ var settings = []setting{
 			c.MemoryMax = n
 			return nil
 		}},
+	{"REPLAYGUARD_MEMORY_MAX_BYTES", "memory-max-bytes", size.Format(memory.DefaultMaxBytes), "bytes the embedded store's entries and stored responses take at most, with a KiB, MiB or GiB suffix; records take at most half", false,
+		func(c *config, v string) (err error) { c.MemoryMaxBytes, err = size.Parse(v, 1<<40); return err }},
 	{"REPLAYGUARD_ISSUE_RATE", "issue-rate", rate(handlers.DefaultIssueRate), "tokens per client IP as N/s, N/m or N/h (burst N); 0 turns it off", false,
 		func(c *config, v string) (err error) { c.IssueRate, err = parseRate(v); return err }},
 	{"REPLAYGUARD_CORS_ORIGINS", "cors-origins", "", "comma-separated exact origins allowed to issue tokens from a browser", false,
@@ -410,5 +418,21 @@ func parseRate(v string) (store.Limit, error) {
 
 // memoryOptions are the embedded store's options for c.
 func (c *config) memoryOptions() []memory.Option {
-	return []memory.Option{memory.WithMaxEntries(c.MemoryMax)}
+	return []memory.Option{memory.WithMaxEntries(c.MemoryMax), memory.WithMaxBytes(c.MemoryMaxBytes)}
+}
+
+// autoValue is a setting's value that lets the server choose.
+const autoValue = "auto"
+
+// perCaller is REPLAYGUARD_IDEMPOTENCY_MAX_PER_CALLER for the store the
+// server runs on: auto is a tenth of the memory store's half for records,
+// and none on a store without a bound.
+func (c *config) perCaller(st store.Store) int {
+	if c.PerCaller >= 0 {
+		return c.PerCaller
+	}
+	if u, ok := st.(store.Usager); ok {
+		return int(max(u.Usage().MaxRecords/10, 1))
+	}
+	return 0
 }

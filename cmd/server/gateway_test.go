@@ -564,7 +564,7 @@ func TestGatewaySettings(t *testing.T) {
 			"REPLAYGUARD_IDEMPOTENCY_LOCK_TTL":  "30s",
 			"REPLAYGUARD_IDEMPOTENCY_RETENTION": "1h",
 			"REPLAYGUARD_IDEMPOTENCY_MAX_BODY":  "512KiB",
-			"REPLAYGUARD_IDEMPOTENCY_SCOPE":     "header:Authorization",
+			"REPLAYGUARD_IDEMPOTENCY_SCOPE":     "header:X-Tenant",
 			"REPLAYGUARD_UPSTREAM":              "http://app:3000/base",
 			"REPLAYGUARD_ROUTES":                tokenRoutes,
 		}
@@ -577,9 +577,11 @@ func TestGatewaySettings(t *testing.T) {
 			t.Fatalf("config = %+v", c)
 		}
 		r, _ := http.NewRequest("POST", "/", nil)
-		r.Header.Set("Authorization", "Bearer a")
-		if s := c.IdempotencyScope(r); !strings.HasPrefix(s, "header:Authorization:") {
-			t.Fatalf("scope = %q", s)
+		r.Header.Set("X-Tenant", "a")
+		other := r.Clone(r.Context())
+		other.Header.Set("X-Tenant", "b")
+		if s := c.IdempotencyScope(r); !strings.HasPrefix(s, "cred:") || s == c.IdempotencyScope(other) {
+			t.Fatalf("scope = %q; want the credentials with X-Tenant", s)
 		}
 	})
 
@@ -594,6 +596,9 @@ func TestGatewaySettings(t *testing.T) {
 		{"max body with MB", map[string]string{"REPLAYGUARD_IDEMPOTENCY_MAX_BODY": "1MB"}, "REPLAYGUARD_IDEMPOTENCY_MAX_BODY: \"1MB\" is not a size"},
 		{"max body over 64MiB", map[string]string{"REPLAYGUARD_IDEMPOTENCY_MAX_BODY": "128MiB"}, "REPLAYGUARD_IDEMPOTENCY_MAX_BODY:"},
 		{"unknown scope", map[string]string{"REPLAYGUARD_IDEMPOTENCY_SCOPE": "user"}, "REPLAYGUARD_IDEMPOTENCY_SCOPE:"},
+		{"per-caller quota that is not a number", map[string]string{"REPLAYGUARD_IDEMPOTENCY_MAX_PER_CALLER": "many"}, "REPLAYGUARD_IDEMPOTENCY_MAX_PER_CALLER: must be auto"},
+		{"negative per-caller quota", map[string]string{"REPLAYGUARD_IDEMPOTENCY_MAX_PER_CALLER": "-1"}, "REPLAYGUARD_IDEMPOTENCY_MAX_PER_CALLER: must be auto"},
+		{"memory bytes without a unit it knows", map[string]string{"REPLAYGUARD_MEMORY_MAX_BYTES": "1GB"}, "REPLAYGUARD_MEMORY_MAX_BYTES: \"1GB\" is not a size"},
 		{"scope header that is not a name", map[string]string{"REPLAYGUARD_IDEMPOTENCY_SCOPE": "header:a b"}, "REPLAYGUARD_IDEMPOTENCY_SCOPE:"},
 		{"negative window", map[string]string{"REPLAYGUARD_FINGERPRINT_WINDOW": "-2s"}, "REPLAYGUARD_FINGERPRINT_WINDOW: must be positive"},
 		{"upstream without a scheme", map[string]string{"REPLAYGUARD_UPSTREAM": "app:3000"}, "REPLAYGUARD_UPSTREAM:"},

@@ -146,7 +146,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, out io.
 	var upstreamTimeout time.Duration // 0: not a gateway
 	if cfg.Upstream != nil {
 		upstreamTimeout = gateway.DefaultTimeout
-		gw, err := gateway.New(cfg.Upstream, cfg.Routes,
+		gopts := []gateway.Option{
 			gateway.WithTimeout(upstreamTimeout),
 			gateway.WithKeeper(keeper),
 			gateway.WithTokens(svc),
@@ -154,7 +154,15 @@ func run(ctx context.Context, args []string, getenv func(string) string, out io.
 			gateway.WithScope(cfg.IdempotencyScope),
 			gateway.WithFingerprintWindow(cfg.FingerprintWindow),
 			gateway.WithLogger(log),
-			gateway.WithMetrics(m))
+			gateway.WithMetrics(m),
+		}
+		if lim, ok := inst.(store.Limiter); ok {
+			if n := cfg.perCaller(st); n > 0 {
+				gopts = append(gopts, gateway.WithCallerQuota(lim, n))
+				log.Info("gateway: idempotency records per caller and retention", "max_per_caller", n)
+			}
+		}
+		gw, err := gateway.New(cfg.Upstream, cfg.Routes, gopts...)
 		if err != nil {
 			return fmt.Errorf("REPLAYGUARD_ROUTES: %w", err)
 		}
@@ -317,7 +325,7 @@ func openStore(ctx context.Context, cfg *config, log *slog.Logger) (store.Store,
 		log.Info("store: redis cluster", "seeds", o.Addrs, "tls", o.TLSConfig != nil)
 	default:
 		log.Warn("store: embedded memory: single instance only; tokens are lost on restart and not shared with other instances; set REPLAYGUARD_REDIS_URL to scale out",
-			"max_entries", cfg.MemoryMax)
+			"max_entries", cfg.MemoryMax, "max_bytes", cfg.MemoryMaxBytes)
 		return memory.New(cfg.memoryOptions()...), nil
 	}
 	st := redisstore.New(client, redisstore.WithPrefix(cfg.KeyPrefix), redisstore.WithTimeout(cfg.StoreTimeout))

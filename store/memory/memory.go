@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"hash/maphash"
 	"math"
 	"sync"
@@ -20,23 +21,38 @@ const shardCount = 256 // a power of two
 // Defaults for the options below.
 const (
 	DefaultMaxEntries      = 1_000_000
+	DefaultMaxBytes        = 128 << 20
 	DefaultMaxLimiterKeys  = 100_000
 	DefaultJanitorInterval = time.Second
+)
+
+// What an entry costs besides its strings and response, as measured on
+// amd64 (a map slot, the entry, the key's header; a record's struct).
+const (
+	entryOverhead  = 128
+	recordOverhead = 80
+	// completeSlack is how far Complete may grow a record past the byte
+	// budget: enough for an outcome without its body, so that a record
+	// can always be completed as "not stored" (see store.Store.Complete).
+	completeSlack = 512
 )
 
 // Store is the in-memory store. Create it with New; the zero value is not
 // usable. It is safe for concurrent use.
 type Store struct {
-	max      int64
 	maxKeys  int64
 	interval time.Duration
 	now      func() time.Time
 	seed     maphash.Seed
 
 	shards [shardCount]shard
-	n      atomic.Int64 // entries held, live or expired-but-unswept
-	minExp atomic.Int64 // no held entry expires before this (unix ns)
-	sweep  sync.Mutex   // one reclaiming sweep at a time
+	// all counts every entry held, live or expired-but-unswept, and its
+	// bytes; records counts the records among them, which may take at
+	// most half of each bound, so that they never starve tokens and
+	// nonces.
+	all, records pool
+	minExp       atomic.Int64 // no held entry expires before this (unix ns)
+	sweep        sync.Mutex   // one reclaiming sweep at a time
 
 	limiters [shardCount]limShard
 	nLim     atomic.Int64
@@ -59,6 +75,47 @@ type entry struct {
 	purpose, subject string
 	exp              int64   // unix ns
 	rec              *record // set for an idempotency record only
+	size             int64   // what the entry counts towards the byte bound
+}
+
+// pool counts entries and bytes against their bounds.
+type pool struct {
+	n, bytes       atomic.Int64
+	maxN, maxBytes int64
+	// full is set when the pool refused an addition, and cleared when it
+	// takes one again (a forced one does not count).
+	full atomic.Bool
+}
+
+// add counts n entries and b bytes more, unless that would take the pool
+// past a bound (force: the bytes may go past it): then it counts nothing
+// and reports false. Taking away always succeeds.
+func (p *pool) add(n, b int64, force bool) bool {
+	nn, bb := p.n.Add(n), p.bytes.Add(b)
+	if n > 0 && nn > p.maxN || b > 0 && bb > p.maxBytes && !force {
+		p.n.Add(-n)
+		p.bytes.Add(-b)
+		p.full.Store(true)
+		return false
+	}
+	if (n > 0 || b > 0) && !force && p.full.Load() {
+		p.full.Store(false)
+	}
+	return true
+}
+
+// isRecord reports whether the map key k holds a record.
+func isRecord(k string) bool {
+	return len(k) >= 2 && k[0] == 0 && (k[1] == 'r' || k[1] == 't')
+}
+
+// sizeOf is what e, under the map key k, counts towards the byte bound.
+func sizeOf(k string, e entry) int64 {
+	n := entryOverhead + len(k) + len(e.purpose) + len(e.subject)
+	if e.rec != nil {
+		n += recordOverhead + len(e.rec.fingerprint) + len(e.rec.owner) + len(e.rec.response)
+	}
+	return int64(n)
 }
 
 // record is an idempotency record's content. A stored record is never
@@ -92,15 +149,33 @@ var (
 // Option configures a Store.
 type Option func(*Store)
 
-// WithMaxEntries bounds how many entries (tokens, nonces and idempotency
-// records together) the store holds at once. Exactly n live entries fit;
-// redeeming, releasing or expiry frees a slot; Put, Redeem and Acquire
-// past the bound return store.ErrFull and never evict a live entry.
-// Defaults to DefaultMaxEntries (1,000,000); n <= 0 keeps the default.
+// WithMaxEntries bounds how many entries (tokens, nonces and records
+// together) the store holds at once; records may take at most half of
+// them, so that they never starve tokens and nonces. Exactly n live
+// entries fit; redeeming, releasing or expiry frees a slot; Put, Redeem
+// and Acquire past the bound return store.ErrFull and never evict a live
+// entry. Defaults to DefaultMaxEntries (1,000,000); n <= 0 keeps the
+// default.
 func WithMaxEntries(n int) Option {
 	return func(s *Store) {
 		if n > 0 {
-			s.max = int64(n)
+			s.all.maxN = int64(n)
+		}
+	}
+}
+
+// WithMaxBytes bounds the memory the store's entries take, in bytes:
+// their keys, purposes, subjects and stored responses, plus a fixed
+// overhead each (about 128 bytes, 208 for a record). Records may take at
+// most half of it. A Put, Redeem or Acquire that does not fit returns
+// store.ErrFull; a Complete whose response does not fit returns it too
+// (package idempotency then completes the record without the body). The
+// process needs about twice this much for the Go heap to collect it.
+// Defaults to DefaultMaxBytes (128 MiB); n <= 0 keeps the default.
+func WithMaxBytes(n int64) Option {
+	return func(s *Store) {
+		if n > 0 {
+			s.all.maxBytes = n
 		}
 	}
 }
@@ -139,7 +214,6 @@ func WithClock(now func() time.Time) Option {
 // New returns a running Store. Call Close to stop its janitor.
 func New(opts ...Option) *Store {
 	s := &Store{
-		max:      DefaultMaxEntries,
 		maxKeys:  DefaultMaxLimiterKeys,
 		interval: DefaultJanitorInterval,
 		now:      time.Now,
@@ -147,9 +221,11 @@ func New(opts ...Option) *Store {
 		stop:     make(chan struct{}),
 		done:     make(chan struct{}),
 	}
+	s.all.maxN, s.all.maxBytes = DefaultMaxEntries, DefaultMaxBytes
 	for _, o := range opts {
 		o(s)
 	}
+	s.records.maxN, s.records.maxBytes = s.all.maxN/2, s.all.maxBytes/2
 	for i := range s.shards {
 		s.shards[i].m = make(map[string]entry)
 		s.limiters[i].m = make(map[string]*rate.Limiter)
@@ -224,7 +300,8 @@ func (s *Store) put(k string, e entry, now int64) (entry, bool, error) {
 		return old, false, nil
 	}
 	// reserve may sweep every shard: it must run without a shard lock.
-	if !s.reserve(now) {
+	e.size = sizeOf(k, e)
+	if !s.reserve(k, e.size, now) {
 		sh.mu.Lock()
 		old, ok := sh.m[k]
 		sh.mu.Unlock()
@@ -237,10 +314,10 @@ func (s *Store) put(k string, e entry, now int64) (entry, bool, error) {
 	if old, ok := sh.m[k]; ok {
 		if old.exp > now {
 			sh.mu.Unlock()
-			s.n.Add(-1)
+			s.uncount(k, e)
 			return old, false, nil
 		}
-		s.n.Add(-1) // replacing an expired entry takes no new slot
+		s.uncount(k, old) // replacing an expired entry
 	}
 	sh.m[k] = e
 	sh.mu.Unlock()
@@ -259,24 +336,41 @@ func (s *Store) lowerMinExp(exp int64) {
 	}
 }
 
-// reserve takes one slot of the bound, reclaiming expired entries first
-// when the store is full and some may have expired.
-func (s *Store) reserve(now int64) bool {
-	swept := false
-	for {
-		c := s.n.Load()
-		if c < s.max {
-			if s.n.CompareAndSwap(c, c+1) {
-				return true
-			}
-			continue
+// reserve counts one entry of size bytes under the map key k towards the
+// bounds, reclaiming expired entries first when it does not fit and some
+// may have expired.
+func (s *Store) reserve(k string, size, now int64) bool {
+	for swept := false; ; swept = true {
+		if s.count(k, 1, size, false) {
+			return true
 		}
 		if swept || now < s.minExp.Load() {
 			return false
 		}
 		s.reclaim(now)
-		swept = true
 	}
+}
+
+// count adds n entries and b bytes under the map key k to the pools, or
+// nothing and false when they do not fit (see pool.add).
+func (s *Store) count(k string, n, b int64, force bool) bool {
+	if !s.all.add(n, b, force) {
+		return false
+	}
+	if isRecord(k) && !s.records.add(n, b, force) {
+		s.all.add(-n, -b, false)
+		return false
+	}
+	return true
+}
+
+// uncount takes e, held under the map key k, out of the pools.
+func (s *Store) uncount(k string, e entry) { s.count(k, -1, -e.size, false) }
+
+// drop deletes the entry e under k from sh, whose lock the caller holds.
+func (s *Store) drop(sh *shard, k string, e entry) {
+	delete(sh.m, k)
+	s.uncount(k, e)
 }
 
 // reclaim removes every expired entry and recomputes minExp. Concurrent
@@ -295,8 +389,7 @@ func (s *Store) reclaim(now int64) {
 		sh.mu.Lock()
 		for k, e := range sh.m {
 			if e.exp <= now {
-				delete(sh.m, k)
-				s.n.Add(-1)
+				s.drop(sh, k, e)
 			} else if e.exp < min {
 				min = e.exp
 			}
@@ -316,8 +409,7 @@ func (s *Store) reclaim(now int64) {
 func (s *Store) liveLocked(sh *shard, k string, now int64) bool {
 	e, ok := sh.m[k]
 	if ok && e.exp <= now {
-		delete(sh.m, k)
-		s.n.Add(-1)
+		s.drop(sh, k, e)
 		return false
 	}
 	return ok
@@ -342,8 +434,7 @@ func (s *Store) redeemLocked(sh *shard, id string, want store.Token, owner strin
 	case owner != "":
 		return 0, true
 	}
-	delete(sh.m, id)
-	s.n.Add(-1)
+	s.drop(sh, id, e)
 	return store.Redeemed, false
 }
 
@@ -373,21 +464,24 @@ func (s *Store) Redeem(ctx context.Context, id string, want store.Token, owner s
 	}
 	// reserve may sweep every shard: it must run without a shard lock.
 	// The token is looked at again once the slot is held.
-	reserved := s.reserve(now)
+	rk := store.TokenRecordKey(id)
+	r := &record{fingerprint: want.Fingerprint(), owner: owner}
+	e := entry{purpose: want.Purpose, subject: want.Subject, exp: exp, rec: r}
+	e.size = sizeOf(rk, e)
+	reserved := s.reserve(rk, e.size, now)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	res, rec, open = s.redeemRecordLocked(sh, id, want, owner, now)
 	switch {
 	case !open:
 		if reserved {
-			s.n.Add(-1)
+			s.uncount(rk, e)
 		}
 		return res, rec, nil
 	case !reserved:
 		return 0, store.Record{}, store.ErrFull
 	}
-	r := &record{fingerprint: want.Fingerprint(), owner: owner}
-	sh.m[store.TokenRecordKey(id)] = entry{purpose: want.Purpose, subject: want.Subject, exp: exp, rec: r}
+	sh.m[rk] = e
 	s.lowerMinExp(exp)
 	return store.Redeemed, r.export(), nil
 }
@@ -460,7 +554,7 @@ func (s *Store) Acquire(ctx context.Context, key, fingerprint, owner string, lea
 // changes when there is no such record. An entry whose expiry has passed
 // is deleted instead of stored. With dropToken, a token's record also
 // deletes its token.
-func (s *Store) update(ctx context.Context, op, key, owner string, dropToken bool, f func(e entry) entry) (bool, error) {
+func (s *Store) update(ctx context.Context, op, key, owner string, dropToken bool, f func(e entry) (entry, error)) (bool, error) {
 	if err := s.check(ctx, op); err != nil {
 		return false, err
 	}
@@ -474,23 +568,31 @@ func (s *Store) update(ctx context.Context, op, key, owner string, dropToken boo
 	case !ok:
 		return false, nil
 	case e.exp <= now:
-		delete(sh.m, k)
-		s.n.Add(-1)
+		s.drop(sh, k, e)
 		return false, nil
 	case e.rec == nil || e.rec.completed || (owner != "" && e.rec.owner != owner):
 		return false, nil
 	}
+	old := e
+	e, err := f(e)
+	if err != nil {
+		return false, err
+	}
 	if id, ok := store.TokenOfRecord(k); ok && dropToken {
-		if _, ok := sh.m[id]; ok {
-			delete(sh.m, id)
-			s.n.Add(-1)
+		if t, ok := sh.m[id]; ok {
+			s.drop(sh, id, t)
 		}
 	}
-	e = f(e)
 	if e.exp <= now {
-		delete(sh.m, k)
-		s.n.Add(-1)
+		s.drop(sh, k, old)
 		return true, nil
+	}
+	if e.size = sizeOf(k, e); e.size != old.size {
+		// A growth within completeSlack is let past the byte bound, so
+		// that a record can always be completed without its body.
+		if !s.count(k, 0, e.size-old.size, e.size-old.size <= completeSlack) {
+			return false, store.ErrFull
+		}
 	}
 	sh.m[k] = e
 	s.lowerMinExp(e.exp)
@@ -503,36 +605,50 @@ func (s *Store) Renew(ctx context.Context, key, owner string, lease time.Duratio
 	if owner == "" { // only Complete and Release take "" for any owner
 		return false, s.check(ctx, "renew")
 	}
-	return s.update(ctx, "renew", key, owner, false, func(e entry) entry {
+	return s.update(ctx, "renew", key, owner, false, func(e entry) (entry, error) {
 		e.exp = expiry(s.now().UnixNano(), lease)
-		return e
+		return e, nil
 	})
 }
 
 // Complete implements store.Store. The store keeps its own copy of
 // response. A keep <= 0 completes the record and ends it at once: ok is
 // true and the next Acquire acquires. Completing a token's record deletes
-// the token.
+// the token. A response that takes the store past its byte bound
+// (WithMaxBytes) by more than a few hundred bytes is store.ErrFull, and
+// the record stays processing.
 func (s *Store) Complete(ctx context.Context, key, owner string, response []byte, keep time.Duration) (bool, error) {
 	resp := bytes.Clone(response) // outside the shard lock
-	return s.update(ctx, "complete", key, owner, true, func(e entry) entry {
+	return s.update(ctx, "complete", key, owner, true, func(e entry) (entry, error) {
 		e.exp = expiry(s.now().UnixNano(), keep)
 		e.rec = &record{completed: true, fingerprint: e.rec.fingerprint, owner: owner, response: resp}
-		return e
+		return e, nil
 	})
 }
 
 // Release implements store.Store.
 func (s *Store) Release(ctx context.Context, key, owner string) (bool, error) {
-	return s.update(ctx, "release", key, owner, false, func(e entry) entry {
+	return s.update(ctx, "release", key, owner, false, func(e entry) (entry, error) {
 		e.exp = math.MinInt64 // deleted by update
-		return e
+		return e, nil
 	})
 }
 
 // Len returns how many entries the store holds, counting expired entries
 // the janitor has not removed yet.
-func (s *Store) Len() int { return int(s.n.Load()) }
+func (s *Store) Len() int { return int(s.all.n.Load()) }
+
+// Usage implements store.Usager: what the store holds against its bounds.
+// Expired entries the janitor has not removed yet still count.
+func (s *Store) Usage() store.Usage {
+	return store.Usage{
+		Entries: s.all.n.Load(), Bytes: s.all.bytes.Load(),
+		MaxEntries: s.all.maxN, MaxBytes: s.all.maxBytes,
+		Records: s.records.n.Load(), RecordBytes: s.records.bytes.Load(),
+		MaxRecords: s.records.maxN, MaxRecordBytes: s.records.maxBytes,
+		Full: s.all.full.Load() || s.records.full.Load(),
+	}
+}
 
 // Allow implements store.Limiter with an in-process token bucket per key
 // (golang.org/x/time/rate): l.Burst events at once, refilled at
@@ -568,8 +684,20 @@ func (s *Store) Allow(ctx context.Context, key string, l store.Limit) (bool, tim
 	return true, 0, nil
 }
 
-// Ping implements store.Store; it fails only after Close.
-func (s *Store) Ping(ctx context.Context) error { return s.check(ctx, "ping") }
+// Ping implements store.Store. It fails after Close, and with
+// store.ErrFull while the store is full: an entry that did not fit (after
+// expired ones were reclaimed) was refused, and none of its kind (a token
+// or nonce, or a record) has fit since.
+func (s *Store) Ping(ctx context.Context) error {
+	if err := s.check(ctx, "ping"); err != nil {
+		return err
+	}
+	if u := s.Usage(); u.Full {
+		return fmt.Errorf("%w: memory: %d entries of %d, %d bytes of %d; records %d of %d, %d bytes of %d",
+			store.ErrFull, u.Entries, u.MaxEntries, u.Bytes, u.MaxBytes, u.Records, u.MaxRecords, u.RecordBytes, u.MaxRecordBytes)
+	}
+	return nil
+}
 
 // Close stops the janitor and waits for it to exit. It is safe to call
 // more than once.

@@ -1,6 +1,7 @@
 package memory_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"strconv"
@@ -84,60 +85,125 @@ func TestBound(t *testing.T) {
 	}
 }
 
-// TestRecordBound checks that idempotency records count against the same
-// bound as tokens, one entry each, and that a full store still answers
-// duplicates with the live record.
+// TestRecordBound checks that records take at most half of the entry
+// bound, so that one caller's keyed requests can never starve tokens and
+// nonces (3,100 keyed requests once made issuance answer store_full), that
+// a full store still answers duplicates with the live record, and that
+// Ping says the store is full.
 func TestRecordBound(t *testing.T) {
 	ctx := context.Background()
-	const max = 10
+	const max = 10 // records: 5
 	c := newClock()
 	s := memory.New(memory.WithMaxEntries(max), memory.WithClock(c.Now), memory.WithJanitorInterval(time.Hour))
 	defer s.Close()
-	lease := func(d time.Duration) time.Duration { return d }
-	if ok, err := s.Put(ctx, "token", store.Token{Purpose: "p"}, lease(time.Hour)); err != nil || !ok {
+	if ok, err := s.Put(ctx, "token", store.Token{Purpose: "p"}, time.Hour); err != nil || !ok {
 		t.Fatalf("put = %v, %v", ok, err)
 	}
-	if ok, err := s.Put(ctx, store.NonceKey("scope", "nonce"), store.Token{}, lease(time.Hour)); err != nil || !ok {
+	if ok, err := s.Put(ctx, store.NonceKey("scope", "nonce"), store.Token{}, time.Hour); err != nil || !ok {
 		t.Fatalf("nonce = %v, %v", ok, err)
 	}
-	for i := range max - 3 {
-		if _, ok, err := s.Acquire(ctx, strconv.Itoa(i), "fp", "o", lease(time.Hour)); err != nil || !ok {
+	for i := range max/2 - 1 {
+		if _, ok, err := s.Acquire(ctx, strconv.Itoa(i), "fp", "o", time.Hour); err != nil || !ok {
 			t.Fatalf("acquire %d = %v, %v", i, ok, err)
 		}
 	}
-	if _, ok, err := s.Acquire(ctx, "short", "fp", "o", lease(10*time.Second)); err != nil || !ok {
+	if _, ok, err := s.Acquire(ctx, "short", "fp", "o", 10*time.Second); err != nil || !ok {
 		t.Fatalf("acquire short = %v, %v", ok, err)
+	}
+	if err := s.Ping(ctx); err != nil {
+		t.Fatalf("Ping with room left = %v", err)
+	}
+	if _, _, err := s.Acquire(ctx, "overflow", "fp", "o", time.Hour); !errors.Is(err, store.ErrFull) {
+		t.Fatalf("acquire past the records' half: err = %v, want ErrFull", err)
+	}
+	if err := s.Ping(ctx); !errors.Is(err, store.ErrFull) {
+		t.Fatalf("Ping while records are refused = %v, want ErrFull", err)
+	}
+	// A duplicate of a live record is answered, not refused.
+	if rec, ok, err := s.Acquire(ctx, "0", "fp2", "o2", time.Hour); err != nil || ok || rec.Fingerprint != "fp" {
+		t.Fatalf("duplicate in a full store = %+v, %v, %v; want the live record", rec, ok, err)
+	}
+	// Completing takes no new slot.
+	if ok, err := s.Complete(ctx, "0", "o", []byte("done"), time.Hour); err != nil || !ok {
+		t.Fatalf("complete in a full store = %v, %v", ok, err)
+	}
+	// Tokens still fit: the other half is theirs.
+	for i := range max - max/2 - 2 {
+		if ok, err := s.Put(ctx, "token-"+strconv.Itoa(i), store.Token{Purpose: "p"}, time.Hour); err != nil || !ok {
+			t.Fatalf("put %d with the records' half full = %v, %v; want room", i, ok, err)
+		}
+	}
+	if _, err := s.Put(ctx, "token-past", store.Token{Purpose: "p"}, time.Hour); !errors.Is(err, store.ErrFull) {
+		t.Fatalf("put past the bound: err = %v, want ErrFull", err)
 	}
 	if got := s.Len(); got != max {
 		t.Fatalf("Len = %d, want %d", got, max)
 	}
-	if _, _, err := s.Acquire(ctx, "overflow", "fp", "o", lease(time.Hour)); !errors.Is(err, store.ErrFull) {
-		t.Fatalf("acquire past the bound: err = %v, want ErrFull", err)
+	// Releasing a record frees its slot for a record, and so does a lease
+	// that ends.
+	if _, _, err := s.Redeem(ctx, "token", store.Token{Purpose: "p"}, "", 0); err != nil {
+		t.Fatal(err)
 	}
-	// A duplicate of a live record is answered, not refused.
-	if rec, ok, err := s.Acquire(ctx, "0", "fp2", "o2", lease(time.Hour)); err != nil || ok || rec.Fingerprint != "fp" {
-		t.Fatalf("duplicate in a full store = %+v, %v, %v; want the live record", rec, ok, err)
-	}
-	// Completing takes no new slot.
-	if ok, err := s.Complete(ctx, "0", "o", []byte("done"), lease(time.Hour)); err != nil || !ok {
-		t.Fatalf("complete in a full store = %v, %v", ok, err)
-	}
-	// Releasing frees one slot, and so does a lease that ends.
 	if ok, err := s.Release(ctx, "1", "o"); err != nil || !ok {
 		t.Fatalf("release = %v, %v", ok, err)
 	}
-	if _, ok, err := s.Acquire(ctx, "after-release", "fp", "o", lease(time.Hour)); err != nil || !ok {
+	if _, ok, err := s.Acquire(ctx, "after-release", "fp", "o", time.Hour); err != nil || !ok {
 		t.Fatalf("acquire after release = %v, %v; want a slot", ok, err)
 	}
+	if err := s.Ping(ctx); err != nil {
+		t.Fatalf("Ping once records fit again = %v", err)
+	}
 	c.Advance(30 * time.Second)
-	if _, ok, err := s.Acquire(ctx, "after-expiry", "fp", "o", lease(time.Hour)); err != nil || !ok {
+	if _, ok, err := s.Acquire(ctx, "after-expiry", "fp", "o", time.Hour); err != nil || !ok {
 		t.Fatalf("acquire after the lease ended = %v, %v; want a slot", ok, err)
 	}
-	if _, _, err := s.Acquire(ctx, "again", "fp", "o", lease(time.Hour)); !errors.Is(err, store.ErrFull) {
+	if _, _, err := s.Acquire(ctx, "again", "fp", "o", time.Hour); !errors.Is(err, store.ErrFull) {
 		t.Fatalf("acquire with no slot freed: err = %v, want ErrFull", err)
 	}
-	if _, err := s.Put(ctx, "token2", store.Token{Purpose: "p"}, lease(time.Hour)); !errors.Is(err, store.ErrFull) {
-		t.Fatalf("put with the store full of records: err = %v, want ErrFull", err)
+}
+
+// TestByteBound checks that stored responses count towards the byte bound
+// (400 records of 512 KiB once took the process from 17 MB to 336 MB),
+// records up to half of it: a response that does not fit is refused with
+// ErrFull and its record stays processing, one without a body still
+// completes, and tokens keep their half.
+func TestByteBound(t *testing.T) {
+	ctx := context.Background()
+	const maxBytes = 1 << 20 // records: 512 KiB
+	s := memory.New(memory.WithMaxBytes(maxBytes), memory.WithJanitorInterval(time.Hour))
+	defer s.Close()
+	resp := bytes.Repeat([]byte("r"), 200<<10)
+	var completed int
+	for i := range 10 {
+		key := "k" + strconv.Itoa(i)
+		if _, ok, err := s.Acquire(ctx, key, "fp", "o", time.Hour); err != nil || !ok {
+			t.Fatalf("acquire %d = %v, %v", i, ok, err)
+		}
+		ok, err := s.Complete(ctx, key, "o", resp, time.Hour)
+		if errors.Is(err, store.ErrFull) {
+			// The record can still be completed without the body.
+			if ok, err := s.Complete(ctx, key, "o", []byte("omitted"), time.Hour); err != nil || !ok {
+				t.Fatalf("complete %d without its body = %v, %v", i, ok, err)
+			}
+			continue
+		}
+		if err != nil || !ok {
+			t.Fatalf("complete %d = %v, %v", i, ok, err)
+		}
+		completed++
+	}
+	u := s.Usage()
+	if completed != 2 || u.RecordBytes > u.MaxRecordBytes+1024 || !u.Full {
+		t.Fatalf("%d responses stored, usage %+v; want 2 of 200 KiB within the records' 512 KiB, and full", completed, u)
+	}
+	// Tokens keep their half.
+	for i := range 100 {
+		if ok, err := s.Put(ctx, "t"+strconv.Itoa(i), store.Token{Purpose: "p"}, time.Hour); err != nil || !ok {
+			t.Fatalf("put %d = %v, %v", i, ok, err)
+		}
+	}
+	if u := s.Usage(); u.Bytes > maxBytes {
+		t.Fatalf("usage %+v is past the byte bound", u)
 	}
 }
 

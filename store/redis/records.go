@@ -69,9 +69,8 @@ func (s *Store) ownedKeys(key string, withToken bool) []string {
 //
 // The lease runs on the Redis server's clock (PEXPIRE). A lease <= 0
 // acquires without leaving a record, as if it had expired at once: a later
-// Renew, Complete or Release reports false. Redis keeps no entry bound, so
-// Acquire never returns store.ErrFull; a server at its maxmemory limit
-// answers with an error instead.
+// Renew, Complete or Release reports false. A Redis at its maxmemory
+// limit with the noeviction policy refuses the write: store.ErrFull.
 func (s *Store) Acquire(ctx context.Context, key, fingerprint, owner string, lease time.Duration) (store.Record, bool, error) {
 	ctx, cancel, err := s.begin(ctx, "acquire")
 	if err != nil {
@@ -185,8 +184,10 @@ func (s *Store) runOwned(ctx context.Context, op string, script *goredis.Script,
 // concurrent callers gets Redeemed.
 //
 // The lease runs on the Redis server's clock; a lease <= 0 redeems
-// without leaving a record, and the token stays. Redis keeps no entry
-// bound, so Redeem never returns store.ErrFull.
+// without leaving a record, and the token stays. A Redis at its maxmemory
+// limit with the noeviction policy refuses to open a record
+// (store.ErrFull), but still redeems without one: deleting a token is a
+// write Redis allows when it is full.
 func (s *Store) Redeem(ctx context.Context, id string, want store.Token, owner string, lease time.Duration) (store.RedeemResult, store.Record, error) {
 	ctx, cancel, err := s.begin(ctx, "redeem")
 	if err != nil {

@@ -138,9 +138,15 @@ func (s *Store) begin(ctx context.Context, op string) (context.Context, context.
 	return ctx, cancel, nil
 }
 
-// fail is the error of a call that did not complete: it wraps
-// store.ErrUnavailable.
-func fail(op string, err error) error { return store.Unavailable("redis: "+op, err) }
+// fail is the error of a call that did not complete: store.ErrFull when
+// Redis refused a write for being at its maxmemory (with noeviction, its
+// OOM error), else an error wrapping store.ErrUnavailable.
+func fail(op string, err error) error {
+	if strings.HasPrefix(err.Error(), "OOM ") {
+		return fmt.Errorf("%w: redis: %s: %w", store.ErrFull, op, err)
+	}
+	return store.Unavailable("redis: "+op, err)
+}
 
 // millis is d as a PX or PEXPIRE argument: whole milliseconds, rounded
 // up so that an entry never lives shorter than asked; 0 for d <= 0.
