@@ -44,7 +44,7 @@ type config struct {
 	IdempotencyLockTTL   time.Duration
 	IdempotencyRetention time.Duration
 	IdempotencyMaxBody   int
-	PerCaller            int // records per caller and retention; -1: auto
+	PerCaller            int                        // records per caller and retention; -1: auto
 	IdempotencyScope     func(*http.Request) string // nil: the client IP
 	FingerprintWindow    time.Duration
 	// Gateway mode: Upstream nil means off.
