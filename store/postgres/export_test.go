@@ -1,0 +1,23 @@
+package postgres
+
+import "context"
+
+// Sweep runs one cleanup sweep now, as the background goroutine does, and
+// tells onBatch the size of every table's batch.
+func (s *Store) Sweep(ctx context.Context, onBatch func(table string, n int64)) (deleted int64, busy bool, err error) {
+	return s.sweep(ctx, onBatch)
+}
+
+// MigrationVersions returns the numbers and file names of the embedded
+// migrations.
+func MigrationVersions() (map[int]string, error) {
+	ms, err := loadMigrations()
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[int]string, len(ms))
+	for _, m := range ms {
+		out[m.version] = m.name
+	}
+	return out, nil
+}
