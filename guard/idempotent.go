@@ -220,9 +220,10 @@ func WithFingerprintWindow(window time.Duration) Option {
 // to fingerprint it, and handed on intact.
 func Idempotent(k *idempotency.Keeper, opts ...Option) func(http.Handler) http.Handler {
 	s := newSettings(opts)
-	keys, fingerprints := k, (*idempotency.Keeper)(nil)
+	keys := recordsOf{Records: keeperRecords{k}, retention: k.Retention()}
+	var fingerprints *recordsOf
 	if s.window > 0 {
-		fingerprints = k.With(idempotency.WithRetention(s.window))
+		fingerprints = &recordsOf{Records: keeperRecords{k.With(idempotency.WithRetention(s.window))}}
 	}
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -231,10 +232,33 @@ func Idempotent(k *idempotency.Keeper, opts ...Option) func(http.Handler) http.H
 	}
 }
 
+// IdempotentIn is Idempotent with its records kept in rec, such as a
+// PostgreSQL transaction of the application's (package
+// idempotency/pgtx), which then decides what a lease, a retention and a
+// failure mean. The rules for keys, scopes, fingerprints and answers are
+// Idempotent's; WithFingerprintWindow and WithCallerQuota, which need a
+// Keeper, are ignored.
+func IdempotentIn(rec Records, opts ...Option) func(http.Handler) http.Handler {
+	s := newSettings(opts)
+	keys := recordsOf{Records: rec}
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			s.idempotent(w, r, keys, nil, next)
+		})
+	}
+}
+
+// recordsOf is where one kind of Idempotent's records live, with the
+// retention its quota counts in (0: no quota).
+type recordsOf struct {
+	Records
+	retention time.Duration
+}
+
 // idempotent is Idempotent's core: it calls next at most once, with a
-// capturing writer when a record was opened. fingerprints is the Keeper of
-// fingerprint mode, nil when it is off.
-func (s *settings) idempotent(w http.ResponseWriter, r *http.Request, keys, fingerprints *idempotency.Keeper, next http.Handler) {
+// capturing writer when a record was opened. fingerprints keeps the
+// records of fingerprint mode, nil when it is off.
+func (s *settings) idempotent(w http.ResponseWriter, r *http.Request, keys recordsOf, fingerprints *recordsOf, next http.Handler) {
 	if !s.methods[r.Method] {
 		next.ServeHTTP(w, r)
 		return
@@ -252,7 +276,7 @@ func (s *settings) idempotent(w http.ResponseWriter, r *http.Request, keys, fing
 		}
 		key = k
 	case fingerprints != nil:
-		keeper, kind = fingerprints, "fingerprint"
+		keeper, kind = *fingerprints, "fingerprint"
 	case s.required:
 		s.refuse(w, r, fmt.Errorf("%w: this route requires an %s header, such as %s: \"8e03978e-40d5-43e8-bc93-6894a57f9324\"", idempotency.ErrKeyMissing, idempotency.KeyHeader, idempotency.KeyHeader))
 		return
@@ -284,9 +308,9 @@ func (s *settings) idempotent(w http.ResponseWriter, r *http.Request, keys, fing
 	if scope == "" {
 		scope = "ip:" + request.ClientIP(r)
 	}
-	run, stored, err := keeper.Start(r.Context(), recordKey(kind, scope, r.Method, rt, key), fp)
+	run, stored, err := keeper.Start(r, recordKey(kind, scope, r.Method, rt, key), fp)
 	if err == nil && run != nil && kind == "key" {
-		err = s.overQuota(r, run, scope, keeper.Retention())
+		err = s.overQuota(r, run, scope, keeper.retention)
 	}
 	switch {
 	case err == nil && run == nil:
@@ -298,15 +322,15 @@ func (s *settings) idempotent(w http.ResponseWriter, r *http.Request, keys, fing
 	case err != nil:
 		s.refuse(w, r, err)
 	default:
-		s.record(w, r, run, keeper.MaxBody(), next)
+		s.record(w, run, keeper.MaxBody(), next)
 	}
 }
 
 // overQuota counts a new record of scope's against WithCallerQuota and,
 // when it is past the quota or cannot be counted, releases it and returns
 // the refusal.
-func (s *settings) overQuota(r *http.Request, run *idempotency.Run, scope string, period time.Duration) error {
-	if s.quota == nil || s.quotaN <= 0 {
+func (s *settings) overQuota(r *http.Request, run Run, scope string, period time.Duration) error {
+	if s.quota == nil || s.quotaN <= 0 || period <= 0 {
 		return nil
 	}
 	ok, retry, err := s.quota.Allow(r.Context(), "records:"+scope, store.Limit{Rate: s.quotaN, Burst: s.quotaN, Period: period})

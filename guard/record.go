@@ -3,6 +3,8 @@ package guard
 import (
 	"bufio"
 	"bytes"
+	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -15,14 +17,66 @@ import (
 	"github.com/replayguard/replayguard/problem"
 )
 
+// Records keeps the records Idempotent answers duplicates from. An
+// *idempotency.Keeper keeps them in a store, under a lease (Idempotent);
+// package idempotency/pgtx keeps them in the application's own PostgreSQL
+// transaction, beside its business writes (IdempotentIn).
+type Records interface {
+	// Start opens the record of key for the request r, whose fingerprint
+	// is fingerprint, as idempotency.Keeper.Start does. Exactly one of:
+	// run is non-nil, and the handler runs with run.Request(); run is nil
+	// and stored is the outcome of the key's completed execution; err
+	// says why neither (idempotency.ErrFingerprintMismatch, ErrInProgress,
+	// ErrNotStored with the stored outcome, a store failure).
+	Start(r *http.Request, key, fingerprint string) (run Run, stored idempotency.Outcome, err error)
+	// MaxBody is the largest response body a record stores.
+	MaxBody() int
+}
+
+// Run is one execution that holds a record; exactly one of Complete,
+// Release and Abandon ends it (see idempotency.Run).
+type Run interface {
+	// Request returns the request the handler runs with.
+	Request() *http.Request
+	// Complete records out for every duplicate. An error wrapping
+	// idempotency.ErrRolledBack means the execution's work was undone: the
+	// client gets that error's problem instead of the response.
+	Complete(ctx context.Context, out idempotency.Outcome) error
+	// Release deletes the record, so that a retry runs.
+	Release(ctx context.Context) error
+	// Abandon leaves the record to its lease: the outcome is unknown.
+	Abandon()
+}
+
+// keeperRun is an *idempotency.Run as a Run.
+type keeperRun struct {
+	*idempotency.Run
+	r *http.Request
+}
+
+func (k keeperRun) Request() *http.Request { return k.r }
+
+// keeperRecords is an *idempotency.Keeper as Records.
+type keeperRecords struct{ *idempotency.Keeper }
+
+func (k keeperRecords) Start(r *http.Request, key, fingerprint string) (Run, idempotency.Outcome, error) {
+	run, stored, err := k.Keeper.Start(r.Context(), key, fingerprint)
+	if run == nil {
+		return nil, stored, err
+	}
+	return keeperRun{run, r}, stored, err
+}
+
 // record runs next with a capturing writer for run, the execution that
 // holds an open record (of Idempotent, or of RequireToken with
 // WithRecords), and finishes the record before the response reaches w:
 // released for a releasing status (WithReleaseStatus) or a panic, else
 // completed with the response (see captureWriter). A panic is answered
 // with 500 internal_error, or aborts a response that was already
-// streaming.
-func (s *settings) record(w http.ResponseWriter, r *http.Request, run *idempotency.Run, maxBody int, next http.Handler) {
+// streaming. A completion that undid the work is answered with its
+// problem.
+func (s *settings) record(w http.ResponseWriter, run Run, maxBody int, next http.Handler) {
+	r := run.Request()
 	cw := newCaptureWriter(w, r, s, run, maxBody)
 	defer func() {
 		v := recover()
@@ -43,7 +97,10 @@ func (s *settings) record(w http.ResponseWriter, r *http.Request, run *idempoten
 	}()
 	next.ServeHTTP(cw, r)
 	if !cw.streaming {
-		cw.finish(false, false)
+		if err := cw.finish(false, false); errors.Is(err, idempotency.ErrRolledBack) {
+			problem.Write(w, err)
+			return
+		}
 		cw.send()
 	}
 }
@@ -72,7 +129,7 @@ type captureWriter struct {
 	w   http.ResponseWriter
 	r   *http.Request
 	s   *settings
-	run *idempotency.Run
+	run Run
 	max int
 
 	pre       http.Header // the headers outer middleware had set
@@ -83,10 +140,11 @@ type captureWriter struct {
 	wrote     bool // a Write or WriteHeaderNow happened (for gin)
 	streaming bool // the record is finished and writes go straight to w
 	finished  bool
-	abandoned bool // AbandonRecord: neither complete nor release
+	abandoned bool  // AbandonRecord: neither complete nor release
+	undone    error // the work was undone when the response began streaming
 }
 
-func newCaptureWriter(w http.ResponseWriter, r *http.Request, s *settings, run *idempotency.Run, maxBody int) *captureWriter {
+func newCaptureWriter(w http.ResponseWriter, r *http.Request, s *settings, run Run, maxBody int) *captureWriter {
 	pre := w.Header().Clone()
 	if pre == nil {
 		pre = http.Header{}
@@ -136,6 +194,9 @@ func (c *captureWriter) Write(p []byte) (int, error) {
 		return 0, http.ErrBodyNotAllowed
 	}
 	c.size += len(p)
+	if c.undone != nil {
+		return 0, c.undone
+	}
 	if c.streaming {
 		return c.w.Write(p)
 	}
@@ -177,7 +238,13 @@ func (c *captureWriter) Unwrap() http.ResponseWriter { return c.w }
 // stream finishes the record without the body and sends what was
 // buffered.
 func (c *captureWriter) stream() error {
-	c.finish(true, false)
+	if err := c.finish(true, false); errors.Is(err, idempotency.ErrRolledBack) {
+		// The work was undone: say so, and refuse the rest of the body.
+		c.streaming = true
+		problem.Write(c.w, err)
+		c.undone = err
+		return err
+	}
 	c.streaming = true
 	return c.send()
 }
@@ -204,9 +271,9 @@ func (c *captureWriter) send() error {
 // finish ends the record once: released for a panic or a releasing
 // status, else completed with the response (without its body when
 // streaming).
-func (c *captureWriter) finish(streaming, panicked bool) {
+func (c *captureWriter) finish(streaming, panicked bool) error {
 	if c.finished {
-		return
+		return nil
 	}
 	c.finished = true
 	if c.status == 0 {
@@ -217,7 +284,7 @@ func (c *captureWriter) finish(streaming, panicked bool) {
 		c.run.Abandon()
 		c.s.log.LogAttrs(c.r.Context(), slog.LevelWarn, "idempotency record abandoned: the outcome is unknown; duplicates get 409 until its lease ends, then one retry runs",
 			slog.String("request_id", problem.RequestID(c.r.Context())), slog.Int("status", c.status))
-		return
+		return nil
 	}
 	if panicked || c.s.releases(c.status) {
 		err = c.run.Release(c.r.Context())
@@ -231,10 +298,15 @@ func (c *captureWriter) finish(streaming, panicked bool) {
 		}
 		err = c.run.Complete(c.r.Context(), out)
 	}
-	if err != nil {
+	switch {
+	case errors.Is(err, idempotency.ErrRolledBack):
+		c.s.log.LogAttrs(c.r.Context(), slog.LevelWarn, "idempotency record not committed: the work was undone and the client gets an error",
+			slog.String("request_id", problem.RequestID(c.r.Context())), slog.String("error", err.Error()))
+	case err != nil:
 		c.s.log.LogAttrs(c.r.Context(), slog.LevelWarn, "idempotency record not finished; duplicates get 409 until its lease ends",
 			slog.String("request_id", problem.RequestID(c.r.Context())), slog.String("error", err.Error()))
 	}
+	return err
 }
 
 // AbandonRecord marks the record of the response being written to w, if

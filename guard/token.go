@@ -106,7 +106,7 @@ func (s *settings) redeem(w http.ResponseWriter, r *http.Request, tokens *token.
 		writeStored(w, red.Outcome)
 	default:
 		s.metrics.Redemption("redeemed")
-		s.record(w, withClaims(r, red.Claims), red.Run, s.records.MaxBody(), next)
+		s.record(w, keeperRun{red.Run, withClaims(r, red.Claims)}, s.records.MaxBody(), next)
 	}
 }
 

@@ -41,6 +41,11 @@ var (
 	// ErrBadLease: a lease given to ResumeToken is not one RedeemToken
 	// gave out.
 	ErrBadLease = errors.New("idempotency: malformed lease")
+	// ErrRolledBack: an execution's work was undone when its outcome was
+	// to be recorded (a transaction that did not commit, see package
+	// idempotency/pgtx): neither the work nor the record happened, and the
+	// caller must not report success.
+	ErrRolledBack = errors.New("idempotency: rolled back")
 )
 
 // A store that cannot confirm an operation is reported with the store's

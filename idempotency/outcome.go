@@ -20,6 +20,22 @@ var unreplayed = map[string]bool{
 	ReplayedHeader: true,
 }
 
+// MarshalBinary returns the stored form of o, the bytes a record keeps:
+// for stores that live elsewhere than a store.Store, such as a record
+// written in the application's own transaction (package idempotency/pgtx).
+func (o Outcome) MarshalBinary() ([]byte, error) { return encodeOutcome(o), nil }
+
+// UnmarshalBinary reads the stored form MarshalBinary wrote; bytes that
+// are not one are ErrCorrupt.
+func (o *Outcome) UnmarshalBinary(data []byte) error {
+	out, err := decodeOutcome(data)
+	if err != nil {
+		return err
+	}
+	*o = out
+	return nil
+}
+
 // The stored form of an Outcome, opaque to the store:
 //
 //	version byte (1) | flags byte (1 = body omitted) |

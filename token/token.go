@@ -472,11 +472,24 @@ func (s *Service) keyFor(t *jwt.Token) (any, error) {
 // leave the token valid. A store failure is returned as the store gave
 // it, wrapping store.ErrUnavailable: the caller must not proceed.
 func (s *Service) Redeem(ctx context.Context, tok, purpose, subject string) (Claims, error) {
+	return s.RedeemWith(ctx, tok, purpose, subject, func(ctx context.Context, id string, want store.Token) (store.RedeemResult, error) {
+		res, _, err := s.store.Redeem(ctx, id, want, "", 0)
+		return res, err
+	})
+}
+
+// RedeemWith is Redeem with the store step done by redeem, which deletes
+// the token id when it matches want, as store.Store.Redeem does without an
+// owner: inside the application's own database transaction, say, so that
+// the token is spent if and only if the transaction commits (package
+// idempotency/pgtx). Everything else is Redeem's: the checks before the
+// store, and the errors. redeem's error is returned as it is.
+func (s *Service) RedeemWith(ctx context.Context, tok, purpose, subject string, redeem func(ctx context.Context, id string, want store.Token) (store.RedeemResult, error)) (Claims, error) {
 	c, err := s.check(tok, purpose, subject)
 	if err != nil {
 		return Claims{}, err
 	}
-	res, _, err := s.store.Redeem(ctx, c.ID, store.Token{Purpose: c.Purpose, Subject: c.Subject}, "", 0)
+	res, err := redeem(ctx, c.ID, store.Token{Purpose: c.Purpose, Subject: c.Subject})
 	if err != nil {
 		return Claims{}, err
 	}
