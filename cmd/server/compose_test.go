@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"encoding/base64"
 	"fmt"
+	"maps"
 	"net"
 	"os"
 	"path/filepath"
@@ -38,17 +39,61 @@ type composeService struct {
 	Healthcheck map[string]any `yaml:"healthcheck"`
 }
 
-func loadCompose(t *testing.T) composeFile {
+func loadCompose(t *testing.T) composeFile { return loadComposeFile(t, "docker-compose.yml") }
+
+// loadComposeFile reads the compose file name at the repository's root.
+func loadComposeFile(t *testing.T, name string) composeFile {
 	t.Helper()
-	data, err := os.ReadFile(filepath.Join(composeRepoRoot, "docker-compose.yml"))
+	data, err := os.ReadFile(filepath.Join(composeRepoRoot, name))
 	if err != nil {
 		t.Fatal(err)
 	}
 	var f composeFile
 	if err := yaml.Unmarshal(data, &f); err != nil {
-		t.Fatalf("docker-compose.yml: %v", err)
+		t.Fatalf("%s: %v", name, err)
 	}
 	return f
+}
+
+// TestComposePostgresOverride checks docker-compose.postgres.yml: merged
+// over docker-compose.yml, as compose merges environments, the server
+// loads its environment and runs on the postgres service.
+func TestComposePostgresOverride(t *testing.T) {
+	base, override := loadCompose(t), loadComposeFile(t, "docker-compose.postgres.yml")
+	if _, ok := override.Services["postgres"]; !ok {
+		t.Fatal("docker-compose.postgres.yml has no postgres service")
+	}
+	env, err := composeEnvironment(base.Services["replayguard"].Environment)
+	if err != nil {
+		t.Fatal(err)
+	}
+	over, err := composeEnvironment(override.Services["replayguard"].Environment)
+	if err != nil {
+		t.Fatal(err)
+	}
+	maps.Copy(env, over)
+	host := map[string]string{
+		"REPLAYGUARD_SIGNING_KEYS":      "2026-01:" + base64.StdEncoding.EncodeToString([]byte(strings.Repeat("k", 32))),
+		"REPLAYGUARD_API_KEYS":          "backend-key",
+		"REPLAYGUARD_POSTGRES_PASSWORD": "pw",
+	}
+	vals := map[string]string{}
+	for name, v := range env {
+		if v == nil {
+			vals[name] = host[name]
+			continue
+		}
+		if vals[name], err = composeInterpolate(*v, host); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+	}
+	cfg, err := loadConfig(nil, func(name string) string { return vals[name] })
+	if err != nil {
+		t.Fatalf("the merged environment does not load: %v", err)
+	}
+	if !strings.Contains(cfg.PostgresURL, "@postgres:5432/") || cfg.RedisURL != nil {
+		t.Fatalf("the merged service does not run on the postgres service alone: %q, %v", cfg.PostgresURL, cfg.RedisURL)
+	}
 }
 
 // composeEnvironment reads a service's environment in either of Compose's

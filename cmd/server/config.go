@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/replayguard/replayguard/gateway"
@@ -54,6 +55,7 @@ type config struct {
 	RedisURL        *goredis.Options
 	RedisCluster    []string
 	RedisClusterURL *goredis.ClusterOptions
+	PostgresURL     string // checked by pgxpool.ParseConfig
 	KeyPrefix       string
 	StoreTimeout    time.Duration
 	MemoryMax       int
@@ -65,10 +67,13 @@ type config struct {
 	ShutdownTimeout time.Duration
 }
 
-// redisSettings lists the Redis settings c has, of which one at most may
-// be set.
-func redisSettings(c *config) []string {
+// storeSettings lists the store settings c has (Redis and PostgreSQL),
+// of which one at most may be set.
+func storeSettings(c *config) []string {
 	var set []string
+	if c.PostgresURL != "" {
+		set = append(set, "REPLAYGUARD_POSTGRES_URL")
+	}
 	if c.RedisURL != nil {
 		set = append(set, "REPLAYGUARD_REDIS_URL")
 	}
@@ -250,6 +255,17 @@ var settings = []setting{
 			c.RedisClusterURL = o
 			return nil
 		}},
+	{"REPLAYGUARD_POSTGRES_URL", "postgres-url", "", "postgres:// URL or key=value DSN of a PostgreSQL database for the store (pgx syntax: sslmode, pool_max_conns, …)", true,
+		func(c *config, v string) error {
+			if v == "" {
+				return nil
+			}
+			if _, err := pgxpool.ParseConfig(v); err != nil {
+				return errors.New("must be a postgres:// URL or a key=value DSN that pgx can parse") // it may hold a password
+			}
+			c.PostgresURL = v
+			return nil
+		}},
 	{"REPLAYGUARD_KEY_PREFIX", "key-prefix", redisstore.DefaultPrefix, "prefix of every Redis key", false,
 		func(c *config, v string) error {
 			if v == "" || strings.ContainsAny(v, "{}") {
@@ -355,7 +371,7 @@ func loadConfig(args []string, getenv func(string) string) (*config, error) {
 			return nil, fmt.Errorf("%s: %w", from, err)
 		}
 	}
-	if set := redisSettings(c); len(set) > 1 {
+	if set := storeSettings(c); len(set) > 1 {
 		return nil, fmt.Errorf("%s are all set: choose one", strings.Join(set, " and "))
 	}
 	if c.TokenMaxTTL < token.MinTTL {

@@ -501,6 +501,15 @@ func (p *upstreamProc) wantCount(t *testing.T, name string, want int) {
 // a free port, and returns its base URL. It stops with the test.
 func startGateway(t *testing.T, env ...string) string {
 	t.Helper()
+	base, _ := startServer(t, env...)
+	return base
+}
+
+// startServer runs the server in this process with env (NAME=value) on a
+// free port, and returns its base URL and a function that stops it (and
+// waits for it); it stops with the test at the latest.
+func startServer(t *testing.T, env ...string) (base string, stop func()) {
+	t.Helper()
 	vars := map[string]string{"REPLAYGUARD_ADDR": "127.0.0.1:0"}
 	for _, kv := range env {
 		k, v, _ := strings.Cut(kv, "=")
@@ -513,24 +522,28 @@ func startGateway(t *testing.T, env ...string) string {
 	go func() {
 		done <- run(ctx, nil, func(k string) string { return vars[k] }, logs, func(addr string) { listening <- addr })
 	}()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("run: %v", err)
-		}
-		if t.Failed() {
-			t.Logf("server logs:\n%s", logs.String())
-		}
-	})
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("run: %v", err)
+			}
+			if t.Failed() {
+				t.Logf("server logs:\n%s", logs.String())
+			}
+		})
+	}
+	t.Cleanup(stop)
 	select {
 	case addr := <-listening:
-		return "http://" + addr
+		return "http://" + addr, stop
 	case err := <-done:
 		t.Fatalf("run: %v\n%s", err, logs.String())
 	case <-time.After(20 * time.Second):
 		t.Fatal("the server did not listen")
 	}
-	return ""
+	return "", stop
 }
 
 func TestGatewaySettings(t *testing.T) {

@@ -34,6 +34,7 @@ import (
 	"github.com/replayguard/replayguard/replay"
 	"github.com/replayguard/replayguard/store"
 	"github.com/replayguard/replayguard/store/memory"
+	"github.com/replayguard/replayguard/store/postgres"
 	redisstore "github.com/replayguard/replayguard/store/redis"
 	"github.com/replayguard/replayguard/token"
 )
@@ -323,8 +324,10 @@ func openStore(ctx context.Context, cfg *config, log *slog.Logger) (store.Store,
 		o.DialTimeout, o.ReadTimeout, o.WriteTimeout, o.PoolTimeout = t, t, t, t
 		client = goredis.NewClusterClient(o)
 		log.Info("store: redis cluster", "seeds", o.Addrs, "tls", o.TLSConfig != nil)
+	case cfg.PostgresURL != "":
+		return openPostgres(ctx, cfg, log)
 	default:
-		log.Warn("store: embedded memory: single instance only; tokens are lost on restart and not shared with other instances; set REPLAYGUARD_REDIS_URL to scale out",
+		log.Warn("store: embedded memory: single instance only; tokens are lost on restart and not shared with other instances; set REPLAYGUARD_REDIS_URL or REPLAYGUARD_POSTGRES_URL to scale out",
 			"max_entries", cfg.MemoryMax, "max_bytes", cfg.MemoryMaxBytes)
 		return memory.New(cfg.memoryOptions()...), nil
 	}
@@ -334,6 +337,49 @@ func openStore(ctx context.Context, cfg *config, log *slog.Logger) (store.Store,
 	}
 	return st, nil
 }
+
+// openPostgres opens the PostgreSQL store and applies its migrations. A
+// database that is down at start is logged, not fatal: the migrations are
+// retried in the background until they apply, /readyz answers 503 and
+// requests fail closed meanwhile.
+func openPostgres(ctx context.Context, cfg *config, log *slog.Logger) (store.Store, error) {
+	st, err := postgres.Open(ctx, cfg.PostgresURL, postgres.WithTimeout(cfg.StoreTimeout))
+	if err != nil {
+		return nil, errors.New("REPLAYGUARD_POSTGRES_URL: cannot open a pool for it") // the error may quote the URL
+	}
+	log.Info("store: postgresql")
+	migrate := func() error {
+		mctx, cancel := context.WithTimeout(ctx, migrateTimeout)
+		defer cancel()
+		return st.Migrate(mctx)
+	}
+	if err := migrate(); err != nil {
+		log.Warn("postgresql: migrations not applied at start; retrying until they are: /readyz answers 503 and requests fail closed meanwhile", "error", err.Error())
+		go func() {
+			t := time.NewTicker(migrateRetry)
+			defer t.Stop()
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case <-t.C:
+				}
+				if err := migrate(); err == nil {
+					log.Info("postgresql: migrations applied")
+					return
+				}
+			}
+		}()
+	}
+	return st, nil
+}
+
+// How long one attempt to apply the migrations may take, and how often a
+// failed one is tried again.
+const (
+	migrateTimeout = 30 * time.Second
+	migrateRetry   = 2 * time.Second
+)
 
 // redisLogger sends go-redis's internal messages to slog, so every line
 // the server writes is JSON.

@@ -202,6 +202,8 @@ func TestBadConfigurationExitsNonZero(t *testing.T) {
 		{"bad rate", "REPLAYGUARD_ISSUE_RATE=lots", "REPLAYGUARD_ISSUE_RATE"},
 		{"malformed cluster URL", "REPLAYGUARD_REDIS_CLUSTER_URL=redis://:hunter2-cluster@10.0.0.1:7000?nosuch=1", "REPLAYGUARD_REDIS_CLUSTER_URL"},
 		{"two Redis settings", "REPLAYGUARD_REDIS_CLUSTER_URL=redis://10.0.0.1:7000 REPLAYGUARD_REDIS_CLUSTER_ADDRS=10.0.0.1:7000", "choose one"},
+		{"PostgreSQL and Redis", "REPLAYGUARD_POSTGRES_URL=postgres://u:hunter2@10.0.0.1/db REPLAYGUARD_REDIS_URL=redis://10.0.0.1:6379", "REPLAYGUARD_POSTGRES_URL and REPLAYGUARD_REDIS_URL"},
+		{"malformed PostgreSQL URL", "REPLAYGUARD_POSTGRES_URL=postgres://u:hunter2@10.0.0.1:99999999/db", "REPLAYGUARD_POSTGRES_URL"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -10,6 +10,8 @@ import (
 	"sort"
 	"strconv"
 
+	"github.com/replayguard/replayguard/store"
+
 	"github.com/jackc/pgx/v5"
 )
 
@@ -124,4 +126,13 @@ func apply(ctx context.Context, tx pgx.Tx, m migration) error {
 	}
 	_, err := tx.Exec(ctx, migrateRecordSQL, m.version, m.name)
 	return err
+}
+
+// Migrate applies the migrations on the store's own pool (see the
+// package function Migrate): for a Store from Open, which holds its pool.
+func (s *Store) Migrate(ctx context.Context) error {
+	if s.closed.Load() {
+		return store.ErrClosed
+	}
+	return Migrate(ctx, s.pool)
 }
