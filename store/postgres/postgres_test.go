@@ -2,11 +2,8 @@ package postgres_test
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"net/url"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -15,16 +12,11 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/goleak"
 
-	"github.com/replayguard/replayguard/internal/testenv"
+	"github.com/replayguard/replayguard/internal/pgtest"
 	"github.com/replayguard/replayguard/store"
 	"github.com/replayguard/replayguard/store/postgres"
 	"github.com/replayguard/replayguard/store/storetest"
 )
-
-// envURL names the database the tests run against, e.g.
-// postgres://postgres@127.0.0.1:5432/test?sslmode=disable. Each test works
-// in a schema of its own, dropped when it ends.
-const envURL = "REPLAYGUARD_TEST_POSTGRES_URL"
 
 // loadedTimeout is the store timeout of the suites on the real database:
 // the concurrency cases queue a thousand calls on the pool, under -race,
@@ -34,85 +26,21 @@ const loadedTimeout = 5 * time.Second
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// databaseURL returns the test database's URL. When it is unset the test
-// is skipped, or fails when REPLAYGUARD_TEST_REQUIRE=1 or CI=true.
-func databaseURL(t testing.TB) string {
-	t.Helper()
-	return testenv.Var(t, envURL)
-}
-
-// admin runs sql on its own connection to the test database.
-func admin(t testing.TB, sql string, args ...any) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, databaseURL(t))
-	if err != nil {
-		t.Fatalf("connect: %v", err)
-	}
-	defer conn.Close(ctx)
-	if _, err := conn.Exec(ctx, sql, args...); err != nil {
-		t.Fatalf("%s: %v", sql, err)
-	}
-}
-
-// newSchema creates an empty schema that no other test uses and drops it,
-// with everything in it, when the test ends.
-func newSchema(t testing.TB) string {
-	t.Helper()
-	b := make([]byte, 8)
-	if _, err := rand.Read(b); err != nil {
-		t.Fatal(err)
-	}
-	name := "rgtest_" + hex.EncodeToString(b)
-	ident := pgx.Identifier{name}.Sanitize()
-	admin(t, "CREATE SCHEMA "+ident)
-	t.Cleanup(func() { admin(t, "DROP SCHEMA "+ident+" CASCADE") })
-	return name
-}
-
-// schemaURL is the test database's URL with schema as search_path: pgx
-// sends settings it does not know itself to the server.
-func schemaURL(t testing.TB, schema string) string {
-	t.Helper()
-	u, err := url.Parse(databaseURL(t))
-	if err != nil {
-		t.Fatalf("%s: %v", envURL, err)
-	}
-	q := u.Query()
-	q.Set("search_path", schema)
-	u.RawQuery = q.Encode()
-	return u.String()
-}
-
-// newPool returns a pool of up to maxConns connections whose search_path
-// is schema. It is closed when the test ends, after the stores on it
-// (t.Cleanup runs last-registered first).
-func newPool(t testing.TB, schema string, maxConns int32) *pgxpool.Pool {
-	t.Helper()
-	cfg, err := pgxpool.ParseConfig(databaseURL(t))
-	if err != nil {
-		t.Fatalf("%s: %v", envURL, err)
-	}
-	cfg.ConnConfig.RuntimeParams["search_path"] = schema
-	cfg.MaxConns = maxConns
-	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-	return pool
-}
+// The tests run on the database in REPLAYGUARD_TEST_POSTGRES_URL (e.g.
+// postgres://postgres@127.0.0.1:5432/test?sslmode=disable), each in a
+// schema of its own that internal/pgtest drops when it ends.
+var (
+	databaseURL = pgtest.DatabaseURL
+	admin       = pgtest.Exec
+	newSchema   = pgtest.NewSchema
+	schemaURL   = pgtest.SchemaURL
+	newPool     = pgtest.Pool
+)
 
 // migrated returns a pool on a fresh schema that Migrate has set up.
 func migrated(t testing.TB) *pgxpool.Pool {
 	t.Helper()
-	pool := newPool(t, newSchema(t), 16)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := postgres.Migrate(ctx, pool); err != nil {
-		t.Fatalf("Migrate: %v", err)
-	}
+	_, pool := pgtest.Migrated(t)
 	return pool
 }
 
