@@ -7,7 +7,8 @@
 // written by Write; an application that renders its own error pages finds
 // the problem of an error with For. The table:
 //
-//	400 invalid_request          malformed body, purpose, subject or TTL; no token sent
+//	400 invalid_request          malformed body, purpose, subject or TTL; no token sent; an unparseable
+//	                             request; a gateway request spelled as servers read their own way
 //	400 invalid_idempotency_key  Idempotency-Key is not one sf-string of 1 to 255 characters
 //	400 idempotency_key_missing  the route requires an Idempotency-Key
 //	401 unauthorized             the Bearer API key is missing or wrong
