@@ -41,6 +41,18 @@
 // match the Host in any case and with a trailing dot (SHOP.TEST,
 // shop.test.).
 //
+// Spellings that servers read each in their own way are refused with 400
+// invalid_request, whether or not they would be routed, so that the app
+// never gets a path or host other than the one the gateway matched: a
+// Host that is not host[:port] ([shop.test], shop.test,evil,
+// shop.test:80:80, .shop.test), no Host (HTTP/1.0) when a route has a
+// host pattern, and in the path a backslash (\ or %5C, a slash to
+// Windows servers and WHATWG URL parsers), a semicolon (; or %3B: Tomcat,
+// Jetty and Spring read /x/..;/checkout as /checkout), a double-encoded
+// dot, slash, backslash or semicolon (%252e, %252f, %255c, %253b, for
+// servers that decode twice) or a percent-encoded control character
+// (%00).
+//
 // Requests that match no route pass through without a policy. Client-sent
 // Replayguard-Token-Id and Replayguard-Client-Key-Id headers are removed
 // from every request (StripVerifiedHeaders), and ReverseProxy removes

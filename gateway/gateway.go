@@ -61,6 +61,9 @@ type Gateway struct {
 	timeout   time.Duration
 	log       *slog.Logger
 	metrics   *metrics.Metrics
+	// hostRoutes is set when a route's pattern has a host: a request
+	// without a Host is refused then (checkTarget).
+	hostRoutes bool
 }
 
 // Option configures a Gateway.
@@ -230,6 +233,7 @@ func New(upstream *url.URL, routes []Route, opts ...Option) (*Gateway, error) {
 		if err := register(g.mux, rt.Match, &route{Route: rt, handler: h}); err != nil {
 			return nil, fmt.Errorf("gateway: routes[%d]: %w", i, describeRegisterError(err, rt, routes[:i]))
 		}
+		g.hostRoutes = g.hostRoutes || patternHost(rt.Match) != ""
 		if rt.FailOpen {
 			g.log.Warn("gateway: a route fails open: while the store cannot be reached, its requests reach the app without a record, so duplicates run again",
 				"route", rt.Match, "policy", rt.Policy)
@@ -255,10 +259,20 @@ func (rt *route) ServeHTTP(w http.ResponseWriter, r *http.Request) { rt.handler.
 // redirect to a routed pattern (dot segments, repeated slashes, a
 // subtree's path without its trailing slash), and a path whose
 // percent-decoded form is, or cleans to, a routed one (%2e%2e, %2F).
-// Host patterns match whatever the case of the Host header and with a
-// trailing dot (SHOP.TEST, shop.test.), as DNS resolves and virtual
-// hosts match them alike; the app gets the Host as sent.
+// Spellings that servers read in ways of their own, where redirecting
+// would mean guessing the app's reading, are refused with 400
+// invalid_request before routing, routed or not (checkTarget): a
+// malformed Host, a missing one when a route has a host pattern, and a
+// backslash, semicolon, double-encoded dot, slash, backslash or
+// semicolon, or control character in the path. Host patterns match
+// whatever the case of the Host header and with a trailing dot
+// (SHOP.TEST, shop.test.), as DNS resolves and virtual hosts match them
+// alike; the app gets the Host as sent in X-Forwarded-Host.
 func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if err := checkTarget(r, g.hostRoutes); err != nil {
+		problem.Write(w, err)
+		return
+	}
 	StripVerifiedHeaders(r.Header)
 	if m := strings.ToUpper(r.Method); m != r.Method {
 		r = r.WithContext(r.Context())

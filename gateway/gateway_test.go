@@ -959,9 +959,13 @@ func (c *raceConn) Write(p []byte) (int, error) {
 	return c.Conn.Write(p)
 }
 
+// Close closes the connection before it lets a held-back write go on, so
+// that the write finds it closed (nothing written) rather than still
+// open to a peer that has gone.
 func (c *raceConn) Close() error {
+	err := c.Conn.Close()
 	c.closeOnce.Do(func() { close(c.closed) })
-	return c.Conn.Close()
+	return err
 }
 
 // raceDialer dials raceConns and remembers them.

@@ -7,7 +7,8 @@
 // written by Write; an application that renders its own error pages finds
 // the problem of an error with For. The table:
 //
-//	400 invalid_request          malformed body, purpose, subject or TTL; no token sent
+//	400 invalid_request          malformed body, purpose, subject or TTL; no token sent; an unparseable
+//	                             request; a gateway request spelled as servers read their own way
 //	400 invalid_idempotency_key  Idempotency-Key is not one sf-string of 1 to 255 characters
 //	400 idempotency_key_missing  the route requires an Idempotency-Key
 //	401 unauthorized             the Bearer API key is missing or wrong
@@ -30,9 +31,12 @@
 //	413 payload_too_large        the body is over the route's limit
 //	422 idempotency_key_reused   the key was used for another request (method, route or body)
 //	429 rate_limited             over the per-IP issue rate; Retry-After says when to retry
+//	431 headers_too_large        the request's header fields are over the server's limit
+//	501 unsupported_transfer_encoding  a Transfer-Encoding other than chunked
 //	502 upstream_unavailable     the gateway's app could not be reached or did not answer in time
 //	503 store_full               a bounded store is full: nothing was done
 //	503 store_unavailable        the store did not confirm: nothing was done
+//	505 http_version_not_supported  a request line of an HTTP version other than 1.x
 //	500 internal_error           a bug: nothing was done
 //
 // A 5xx answer never means success: a protected handler never runs when

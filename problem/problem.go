@@ -23,6 +23,15 @@ var (
 	ErrBadRequest = errors.New("bad request")
 	// ErrTooLarge: the request body is over the size limit.
 	ErrTooLarge = errors.New("payload too large")
+	// ErrHeadersTooLarge: the request's header fields are over the
+	// server's limit (net/http's Server.MaxHeaderBytes).
+	ErrHeadersTooLarge = errors.New("request header fields too large")
+	// ErrTransferEncoding: the request body has a transfer coding other
+	// than chunked, which net/http does not read.
+	ErrTransferEncoding = errors.New("unsupported transfer encoding")
+	// ErrHTTPVersion: the request is of an HTTP version net/http's
+	// HTTP/1 server does not speak (HTTP/2.0 in a request line, say).
+	ErrHTTPVersion = errors.New("http version not supported")
 	// ErrUnauthorized: a required API key is missing or wrong.
 	ErrUnauthorized = errors.New("unauthorized")
 	// ErrSubjectNotAllowed: a subject was asked for without a valid API key.
@@ -106,9 +115,12 @@ var table = []spec{
 	{err: idempotency.ErrFingerprintMismatch, status: 422, code: "idempotency_key_reused", title: "Idempotency key reused", detail: "This idempotency key was used for a different request (another method, route or body). Use a new key for a new request."},
 	{err: ErrTooLarge, status: 413, code: "payload_too_large", title: "Payload too large", detail: "The body is over 64 KiB."},
 	{err: ErrRateLimited, status: 429, code: "rate_limited", title: "Too many requests", detail: "Too many tokens for this client; retry after Retry-After seconds."},
+	{err: ErrHeadersTooLarge, status: 431, code: "headers_too_large", title: "Request header fields too large", detail: "The request's header fields are over 16 KiB. Send fewer or smaller headers (a large Cookie, say)."},
+	{err: ErrTransferEncoding, status: 501, code: "unsupported_transfer_encoding", title: "Transfer encoding not supported", detail: "The request body's Transfer-Encoding is not chunked. Send the body with Content-Length or Transfer-Encoding: chunked."},
 	{err: ErrUpstreamUnavailable, status: 502, code: "upstream_unavailable", title: "Upstream unavailable", detail: "The application behind Replayguard could not be reached or did not answer in time. Retry later."},
 	{err: store.ErrFull, status: 503, code: "store_full", title: "Store full", detail: "The store holds as many live entries as it may; nothing was done. Retry later.", retryAfter: time.Second},
 	{err: store.ErrUnavailable, status: 503, code: "store_unavailable", title: "Store unavailable", detail: "The store did not confirm the operation; nothing was done. Retry later.", retryAfter: time.Second},
+	{err: ErrHTTPVersion, status: 505, code: "http_version_not_supported", title: "HTTP version not supported", detail: "Send the request as HTTP/1.1 (or HTTP/1.0)."},
 }
 
 var internal = spec{err: ErrInternal, status: 500, code: "internal_error", title: "Internal error", detail: "An unexpected error occurred; nothing was done."}

@@ -314,6 +314,21 @@ func gatewayScenarios(t *testing.T, gw string, up *upstreamProc, secret []byte) 
 		up.wantCount(t, "replayguard-paths", 0)
 	})
 
+	t.Run("spellings servers read their own way are refused before the upstream", func(t *testing.T) {
+		for _, path := range []string{"/x/..;/checkout", "/.;/orders", `/x/..\orders`, "/x/%252e%252e/orders"} {
+			r := try(newReq(t, "POST", gw+path, `{}`, "X-Test-Case", "refused-spellings"))
+			if r.status != http.StatusBadRequest || r.code() != "invalid_request" || r.header.Get("X-Upstream") != "" {
+				t.Errorf("POST %s = %d %s, want 400 invalid_request from the gateway", path, r.status, r.body)
+			}
+		}
+		req := newReq(t, "POST", gw+"/hello", `{}`, "X-Test-Case", "refused-spellings")
+		req.Host = "shop.test:80:80"
+		if r := try(req); r.status != http.StatusBadRequest || r.code() != "invalid_request" || r.header.Get("X-Upstream") != "" {
+			t.Errorf("Host shop.test:80:80 = %d %s, want 400 invalid_request", r.status, r.body)
+		}
+		up.wantCount(t, "refused-spellings", 0)
+	})
+
 	t.Run("the upstream down: 502 upstream_unavailable", func(t *testing.T) {
 		up.stop(t)
 		for _, path := range []string{"/hello", "/orders"} {

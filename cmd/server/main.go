@@ -186,7 +186,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, out io.
 		onListen(ln.Addr().String())
 	}
 	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
+	go func() { served <- srv.Serve(problemListener{ln}) }()
 
 	select {
 	case err := <-served:
@@ -223,7 +223,10 @@ const (
 // as long again: ReadTimeout, from the request's first byte, allows the
 // headers and then upstream; WriteTimeout, from the end of the headers,
 // allows the body, then the app, then gatewayMargin. Neither is ever
-// shorter than outside gateway mode.
+// shorter than outside gateway mode. Serve it on a problemListener: its
+// ConnState tells the listener's connections where responses end, so
+// that net/http's own error answers (431, and 400 for a request it
+// cannot parse) become problem+json.
 func newServer(h http.Handler, upstream time.Duration) *http.Server {
 	read, write := readTimeout, writeTimeout
 	if upstream > 0 {
@@ -237,6 +240,7 @@ func newServer(h http.Handler, upstream time.Duration) *http.Server {
 		WriteTimeout:      write,
 		IdleTimeout:       idleTimeout,
 		MaxHeaderBytes:    16 << 10,
+		ConnState:         problemConnState,
 	}
 }
 

@@ -1,8 +1,11 @@
 // Package nginx tests Replayguard's forward-auth endpoint behind a real
 // nginx (Debian's package: apt-get install nginx), started by the test with
-// its own configuration, prefix and loopback port. Set
+// its own configuration, prefix and loopback port, and the gateway in
+// front of nginx, and of a Node.js app, as its app: no spelling of a
+// routed path or host reaches them around the route's policy. Set
 // REPLAYGUARD_TEST_NGINX to the nginx binary (usually /usr/sbin/nginx);
-// without it the suite skips, or fails when REPLAYGUARD_TEST_REQUIRE=1.
+// without it the nginx tests skip, or fail when REPLAYGUARD_TEST_REQUIRE=1
+// (as the Node.js one does without node).
 package nginx
 
 import (
@@ -204,6 +207,12 @@ func closedAddr(t *testing.T) string {
 // the test ends. It returns nginx's base URL and its error log's path.
 func startNginx(t *testing.T, bin string, data confData) (url, errLog string) {
 	t.Helper()
+	return startNginxConf(t, bin, nginxConf, data)
+}
+
+// startNginxConf is startNginx with the configuration conf.
+func startNginxConf(t *testing.T, bin string, conf *template.Template, data confData) (url, errLog string) {
+	t.Helper()
 	var lastErr error
 	for attempt := 0; attempt < 3; attempt++ {
 		data.Dir = t.TempDir()
@@ -213,7 +222,7 @@ func startNginx(t *testing.T, bin string, data confData) (url, errLog string) {
 		}
 		data.Port = l.Addr().(*net.TCPAddr).Port
 		_ = l.Close()
-		url, err := runNginx(t, bin, data)
+		url, err := runNginx(t, bin, conf, data)
 		if err == nil {
 			return url, filepath.Join(data.Dir, "error.log")
 		}
@@ -226,11 +235,11 @@ func startNginx(t *testing.T, bin string, data confData) (url, errLog string) {
 	return "", ""
 }
 
-func runNginx(t *testing.T, bin string, data confData) (string, error) {
+func runNginx(t *testing.T, bin string, tmpl *template.Template, data confData) (string, error) {
 	conf := filepath.Join(data.Dir, "nginx.conf")
 	errLog := filepath.Join(data.Dir, "error.log")
 	var buf bytes.Buffer
-	if err := nginxConf.Execute(&buf, data); err != nil {
+	if err := tmpl.Execute(&buf, data); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.WriteFile(conf, buf.Bytes(), 0o600); err != nil {

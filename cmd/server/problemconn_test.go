@@ -1,0 +1,286 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/replayguard/replayguard/problem"
+)
+
+// exchange writes raw requests to addr on one connection, byte for byte,
+// and reads an answer after each.
+func exchange(t *testing.T, addr string, raws ...string) []*http.Response {
+	t.Helper()
+	c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	if err := c.SetDeadline(time.Now().Add(10 * time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	br := bufio.NewReader(c)
+	var resps []*http.Response
+	for _, raw := range raws {
+		if _, err := io.WriteString(c, raw); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatalf("reading the answer to %q: %v", raw[:min(len(raw), 60)], err)
+		}
+		body, err := io.ReadAll(resp.Body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body = io.NopCloser(bytes.NewReader(body))
+		resps = append(resps, resp)
+	}
+	return resps
+}
+
+// wantProblemAnswer checks that resp is a whole problem+json answer with
+// status and code, whose detail contains detail.
+func wantProblemAnswer(t *testing.T, resp *http.Response, status int, code, detail string) {
+	t.Helper()
+	body, _ := io.ReadAll(resp.Body)
+	h := resp.Header
+	if resp.StatusCode != status || h.Get("Content-Type") != "application/problem+json" ||
+		h.Get("Cache-Control") != "no-store" || !resp.Close || h.Get("Content-Length") != strconv.Itoa(len(body)) {
+		t.Fatalf("= %d %v %q, want a %d problem+json answer that closes the connection", resp.StatusCode, h, body, status)
+	}
+	var p problem.Problem
+	if err := json.Unmarshal(body, &p); err != nil {
+		t.Fatalf("body %q: %v", body, err)
+	}
+	if p.Code != code || p.Status != status || p.Type != problem.TypePrefix+code || p.Title == "" || !strings.Contains(p.Detail, detail) {
+		t.Fatalf("problem = %+v, want %d %s with detail %q", p, status, code, detail)
+	}
+	if p.RequestID != "" {
+		t.Fatalf("problem = %+v: a handler answered (it has a request ID), not net/http", p)
+	}
+}
+
+// TestNetHTTPErrorsAreProblems: requests net/http refuses before any
+// handler runs get problem+json from the server, over real TCP: the
+// answers of the running binary (run wires the listener), on a fresh
+// connection and after an answered request on a kept-alive one.
+func TestNetHTTPErrorsAreProblems(t *testing.T) {
+	_, addr, _ := server(t)
+	get := func(headers string) string {
+		return "GET /v1/tokens HTTP/1.1\r\nHost: rg.test\r\n" + headers + "\r\n"
+	}
+	tests := []struct {
+		name, raw    string
+		status       int
+		code, detail string
+	}{
+		{"headers over 16 KiB", get("Cookie: " + strings.Repeat("a", 32<<10) + "\r\n"), 431, "headers_too_large", "16 KiB"},
+		{"a control character in Idempotency-Key", "POST /v1/tokens/redeem HTTP/1.1\r\nHost: rg.test\r\nIdempotency-Key: \"a\x01b\"\r\nContent-Length: 0\r\n\r\n", 400, "invalid_request", "malformed"},
+		{"a NUL in Idempotency-Key", "POST /v1/tokens/redeem HTTP/1.1\r\nHost: rg.test\r\nIdempotency-Key: \"a\x00b\"\r\nContent-Length: 0\r\n\r\n", 400, "invalid_request", "malformed"},
+		{"random bytes in Idempotency-Key", "POST /v1/tokens/redeem HTTP/1.1\r\nHost: rg.test\r\nIdempotency-Key: \x9c\x07\xfe\x1b\x7f\r\nContent-Length: 0\r\n\r\n", 400, "invalid_request", "malformed"},
+		{"a control character in Idempotency-Token", "POST /v1/tokens/redeem HTTP/1.1\r\nHost: rg.test\r\nIdempotency-Token: eyJ\x1bhbGc\r\nContent-Length: 0\r\n\r\n", 400, "invalid_request", "malformed"},
+		{"a NUL in Idempotency-Token", "POST /v1/tokens/redeem HTTP/1.1\r\nHost: rg.test\r\nIdempotency-Token: eyJ\x00\r\nContent-Length: 0\r\n\r\n", 400, "invalid_request", "malformed"},
+		{"a control character in a preflight's Origin", "OPTIONS /v1/tokens HTTP/1.1\r\nHost: rg.test\r\nOrigin: https://shop\x08.test\r\nAccess-Control-Request-Method: POST\r\n\r\n", 400, "invalid_request", "malformed"},
+		{"a garbage request line", "GARBAGE\r\n\r\n", 400, "invalid_request", "malformed"},
+		{"a request line with a space in the target", "GET /a b HTTP/1.1\r\nHost: rg.test\r\n\r\n", 400, "invalid_request", "malformed"},
+		{"an HTTP/1.1 request without Host", "GET /healthz HTTP/1.1\r\n\r\n", 400, "invalid_request", "missing required Host header"},
+		{"a malformed Host", "GET /healthz HTTP/1.1\r\nHost: a b\r\n\r\n", 400, "invalid_request", "malformed Host header"},
+		{"two Host headers", "GET /healthz HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n", 400, "invalid_request", "malformed"},
+		{"a header name with a space", get("Bad Name: x\r\n"), 400, "invalid_request", "invalid header name"},
+		{"a transfer coding other than chunked", "POST /v1/tokens HTTP/1.1\r\nHost: rg.test\r\nTransfer-Encoding: gzip\r\n\r\n", 501, "unsupported_transfer_encoding", "chunked"},
+		{"HTTP/2.0 in a request line", "GET / HTTP/2.0\r\nHost: rg.test\r\n\r\n", 505, "http_version_not_supported", "HTTP/1.1"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			wantProblemAnswer(t, exchange(t, addr, tc.raw)[0], tc.status, tc.code, tc.detail)
+		})
+		t.Run(tc.name+", after an answered request on the same connection", func(t *testing.T) {
+			resps := exchange(t, addr, get(""), tc.raw)
+			if resps[0].StatusCode != http.StatusMethodNotAllowed || resps[0].Close {
+				t.Fatalf("first answer = %d (close %v), want 405 on a kept-alive connection", resps[0].StatusCode, resps[0].Close)
+			}
+			wantProblemAnswer(t, resps[1], tc.status, tc.code, tc.detail)
+		})
+	}
+}
+
+// errorSpelling is net/http's own 400 answer, byte for byte.
+const errorSpelling = "HTTP/1.1 400 Bad Request" + errorHeaders + "400 Bad Request"
+
+// TestResponsesAreUntouched: only net/http's own error answers change; a
+// handler's response passes byte for byte, even one whose body is
+// written out on its own and spells such an answer exactly (an app's
+// body through the gateway could), and one sent with ReadFrom.
+func TestResponsesAreUntouched(t *testing.T) {
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/spelled":
+			w.Header().Set("Content-Length", strconv.Itoa(len(errorSpelling)))
+			w.WriteHeader(http.StatusOK)
+			w.(http.Flusher).Flush() // the headers, written alone
+			_, _ = io.WriteString(w, errorSpelling)
+			w.(http.Flusher).Flush() // the body, written alone
+		case "/readfrom":
+			_, _ = w.(io.ReaderFrom).ReadFrom(strings.NewReader(strings.Repeat("x", 4096)))
+		default:
+			http.Error(w, "teapot", http.StatusTeapot)
+		}
+	})
+	srv := newServer(h, 0)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = srv.Serve(problemListener{ln}) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	addr := ln.Addr().String()
+
+	resps := exchange(t, addr,
+		"GET /spelled HTTP/1.1\r\nHost: a\r\n\r\n",
+		"GET /readfrom HTTP/1.1\r\nHost: a\r\n\r\n",
+		"GET /teapot HTTP/1.1\r\nHost: a\r\n\r\n",
+		"GET /spelled HTTP/1.1\r\nHost: a\r\n\r\n")
+	for i, want := range []struct {
+		status int
+		body   string
+	}{
+		{200, errorSpelling},
+		{200, strings.Repeat("x", 4096)},
+		{418, "teapot\n"},
+		{200, errorSpelling},
+	} {
+		body, _ := io.ReadAll(resps[i].Body)
+		if resps[i].StatusCode != want.status || string(body) != want.body {
+			t.Errorf("answer %d = %d %q, want %d %q", i, resps[i].StatusCode, body, want.status, want.body)
+		}
+	}
+	// The same connection still turns net/http's own answer into a
+	// problem.
+	c := exchange(t, addr, "GET /teapot HTTP/1.1\r\nHost: a\r\n\r\n", "GARBAGE\r\n\r\n")
+	wantProblemAnswer(t, c[1], 400, "invalid_request", "malformed")
+}
+
+// TestProblemAnswer: exactly net/http's error answers are rewritten.
+func TestProblemAnswer(t *testing.T) {
+	tests := []struct {
+		name, write string
+		status      int // 0: left as it is
+		code        string
+	}{
+		{"431", "HTTP/1.1 431 Request Header Fields Too Large" + errorHeaders + "431 Request Header Fields Too Large", 431, "headers_too_large"},
+		{"400", errorSpelling, 400, "invalid_request"},
+		{"400 with a reason", "HTTP/1.1 400 Bad Request: invalid header value" + errorHeaders + "400 Bad Request: invalid header value", 400, "invalid_request"},
+		{"501", "HTTP/1.1 501 Not Implemented" + errorHeaders + "Unsupported transfer encoding", 501, "unsupported_transfer_encoding"},
+		{"505", "HTTP/1.1 505 HTTP Version Not Supported: unsupported protocol version" + errorHeaders + "505 HTTP Version Not Supported: unsupported protocol version", 505, "http_version_not_supported"},
+		{"a handler's 400", "HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain; charset=utf-8\r\nDate: Mon, 02 Jan 2006 15:04:05 GMT\r\nContent-Length: 15\r\n\r\n400 Bad Request", 0, ""},
+		{"a 200", "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok", 0, ""},
+		{"a body that differs from the status", "HTTP/1.1 400 Bad Request" + errorHeaders + "something else", 0, ""},
+		{"a reason without its status text", "HTTP/1.1 400 Nope: x" + errorHeaders + "400 Nope: x", 0, ""},
+		{"a statusError of another code", "HTTP/1.1 418 I'm a teapot: x" + errorHeaders + "418 I'm a teapot: x", 0, ""},
+		{"HTTP/1.0", "HTTP/1.0 400 Bad Request" + errorHeaders + "400 Bad Request", 0, ""},
+		{"too long to be net/http's", "HTTP/1.1 400 Bad Request: " + strings.Repeat("x", 600) + errorHeaders + "400 Bad Request: " + strings.Repeat("x", 600), 0, ""},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			answer := problemAnswer([]byte(tc.write))
+			if tc.status == 0 {
+				if answer != nil {
+					t.Fatalf("rewritten into %q", answer)
+				}
+				return
+			}
+			resp, err := http.ReadResponse(bufio.NewReader(bytes.NewReader(answer)), nil)
+			if err != nil {
+				t.Fatalf("%q: %v", answer, err)
+			}
+			wantProblemAnswer(t, resp, tc.status, tc.code, "")
+		})
+	}
+}
+
+// countConn is a connection that only counts what is written to it.
+type countConn struct {
+	net.Conn
+	n int
+}
+
+func (c *countConn) Write(p []byte) (int, error) { c.n += len(p); return len(p), nil }
+
+// BenchmarkProblemConn: what a response's writes cost through a
+// problemConn (a check of the first write of each response), against
+// the bare connection. Both allocate nothing.
+func BenchmarkProblemConn(b *testing.B) {
+	head := []byte("HTTP/1.1 201 Created\r\nContent-Type: application/json\r\nDate: Mon, 02 Jan 2006 15:04:05 GMT\r\nContent-Length: 64\r\n\r\n")
+	body := bytes.Repeat([]byte("x"), 64)
+	b.Run("bare", func(b *testing.B) {
+		var c net.Conn = &countConn{}
+		b.ReportAllocs()
+		for b.Loop() {
+			_, _ = c.Write(head)
+			_, _ = c.Write(body)
+		}
+	})
+	b.Run("problemConn", func(b *testing.B) {
+		c := &problemConn{Conn: &countConn{}}
+		b.ReportAllocs()
+		for b.Loop() {
+			_, _ = c.Write(head)
+			_, _ = c.Write(body)
+			problemConnState(c, http.StateIdle)
+		}
+	})
+}
+
+// BenchmarkServe: a kept-alive client's requests to a small handler,
+// served on a bare listener and on a problemListener.
+func BenchmarkServe(b *testing.B) {
+	for _, tc := range []struct {
+		name string
+		wrap func(net.Listener) net.Listener
+	}{
+		{"bare", func(l net.Listener) net.Listener { return l }},
+		{"problemListener", func(l net.Listener) net.Listener { return problemListener{l} }},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			srv := newServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Content-Type", "application/json")
+				w.WriteHeader(http.StatusCreated)
+				_, _ = io.WriteString(w, `{"status":"redeemed"}`)
+			}), 0)
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				b.Fatal(err)
+			}
+			go func() { _ = srv.Serve(tc.wrap(ln)) }()
+			defer srv.Close()
+			c, err := net.Dial("tcp", ln.Addr().String())
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer c.Close()
+			br := bufio.NewReader(c)
+			req := []byte("GET /x HTTP/1.1\r\nHost: a\r\n\r\n")
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := c.Write(req); err != nil {
+					b.Fatal(err)
+				}
+				resp, err := http.ReadResponse(br, nil)
+				if err != nil {
+					b.Fatal(err)
+				}
+				_, _ = io.Copy(io.Discard, resp.Body)
+				_ = resp.Body.Close()
+			}
+		})
+	}
+}
