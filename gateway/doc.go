@@ -12,6 +12,10 @@
 //	  - match: "POST /checkout"
 //	    policy: token
 //	    purpose: checkout
+//	  - match: "POST /hooks/stripe"
+//	    policy: webhook
+//	    scheme: stripe                 # standard | stripe | github | slack
+//	    secret_env: STRIPE_WEBHOOK_SECRET
 //
 // The policies are package guard's middleware around the proxy:
 //
@@ -28,7 +32,15 @@
 //     the token's id in Replayguard-Token-Id;
 //   - signature: RequireSignature lets a signed request (RFC 9421)
 //     through once, inside its window; the app receives the signature's
-//     keyid in Replayguard-Client-Key-Id.
+//     keyid in Replayguard-Client-Key-Id;
+//   - webhook: RequireWebhook lets through only deliveries its scheme's
+//     provider signed (see package webhook) with one of the route's
+//     secrets, read at start from secret_env (comma-separated) or
+//     secret_file (one per line), and runs the app once per delivery ID;
+//     a redelivery gets the stored response with Idempotent-Replayed:
+//     true. The app receives the ID in Replayguard-Webhook-Id. A secret
+//     that is missing or malformed stops New with the route's line; no
+//     secret is ever logged or put in an error.
 //
 // Before matching, the method is uppercased: "post" is routed, and
 // reaches the app, as POST, since many apps read it so. A request that is
@@ -54,8 +66,9 @@
 // (%00).
 //
 // Requests that match no route pass through without a policy. Client-sent
-// Replayguard-Token-Id and Replayguard-Client-Key-Id headers are removed
-// from every request (StripVerifiedHeaders), and ReverseProxy removes
+// Replayguard-Token-Id, Replayguard-Client-Key-Id and
+// Replayguard-Webhook-Id headers are removed from every request
+// (StripVerifiedHeaders), and ReverseProxy removes
 // hop-by-hop headers and client-sent X-Forwarded-* and Forwarded headers;
 // the gateway sets X-Forwarded-For, -Host and -Proto itself. When the app
 // cannot be reached or does not answer within WithTimeout, the answer is

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"os"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -22,6 +23,7 @@ import (
 	"github.com/replayguard/replayguard/replay"
 	"github.com/replayguard/replayguard/store"
 	"github.com/replayguard/replayguard/token"
+	"github.com/replayguard/replayguard/webhook"
 )
 
 // Headers the gateway sends the app. Client-sent copies are removed from
@@ -32,7 +34,13 @@ const (
 	// ClientKeyIDHeader carries the verified signature's keyid on
 	// PolicySignature routes.
 	ClientKeyIDHeader = "Replayguard-Client-Key-Id"
+	// WebhookIDHeader carries the verified delivery's ID (the key it runs
+	// once under, see webhook.Delivery) on PolicyWebhook routes.
+	WebhookIDHeader = "Replayguard-Webhook-Id"
 )
+
+// MaxSecretFile is the largest secret_file New reads: 1 MiB.
+const MaxSecretFile = 1 << 20
 
 // Timeouts towards the app.
 const (
@@ -61,6 +69,8 @@ type Gateway struct {
 	timeout   time.Duration
 	log       *slog.Logger
 	metrics   *metrics.Metrics
+	getenv    func(string) string
+	notBefore time.Time // WithWebhookNotBefore
 	// hostRoutes is set when a route's pattern has a host: a request
 	// without a Host is refused then (checkTarget).
 	hostRoutes bool
@@ -169,6 +179,25 @@ func WithLogger(l *slog.Logger) Option {
 // Defaults to nil: nothing is counted.
 func WithMetrics(m *metrics.Metrics) Option { return func(g *Gateway) { g.metrics = m } }
 
+// WithGetenv sets how New reads the variables PolicyWebhook routes name
+// in secret_env. Defaults to os.Getenv.
+func WithGetenv(getenv func(string) string) Option {
+	return func(g *Gateway) {
+		if getenv != nil {
+			g.getenv = getenv
+		}
+	}
+}
+
+// WithWebhookNotBefore makes PolicyWebhook routes refuse, as 401
+// signature_expired, deliveries timestamped before t (truncated to the
+// second): give the process start when the Keeper's store forgets its
+// records on restart (the memory store), so that a delivery that ran
+// before the restart cannot run again inside its window. GitHub
+// deliveries carry no time and are not refused. Defaults to none (Redis,
+// PostgreSQL: the window alone decides).
+func WithWebhookNotBefore(t time.Time) Option { return func(g *Gateway) { g.notBefore = t } }
+
 // NewTransport returns the default transport to the app: HTTP/1.1 only
 // (as nginx proxies by default), bounded dials, TLS handshakes and waits
 // for response headers (DefaultTimeout; New sets the gateway's timeout
@@ -209,6 +238,7 @@ func New(upstream *url.URL, routes []Route, opts ...Option) (*Gateway, error) {
 		timeout:  DefaultTimeout,
 		log:      slog.Default(),
 		clientIP: request.ClientIP,
+		getenv:   os.Getenv,
 	}
 	for _, o := range opts {
 		o(g)
@@ -226,8 +256,14 @@ func New(upstream *url.URL, routes []Route, opts ...Option) (*Gateway, error) {
 		ErrorLog:       slog.NewLogLogger(g.log.Handler(), slog.LevelWarn),
 	}
 	for i, rt := range routes {
-		h, err := g.policy(rt)
-		if err != nil {
+		var h http.Handler
+		var err error
+		if rt.Policy == PolicyWebhook {
+			// Its errors name the key and line themselves.
+			if h, err = g.webhookPolicy(rt, i); err != nil {
+				return nil, fmt.Errorf("gateway: %w", err)
+			}
+		} else if h, err = g.policy(rt); err != nil {
 			return nil, fmt.Errorf("gateway: routes[%d] %q: %w", i, rt.Match, err)
 		}
 		if err := register(g.mux, rt.Match, &route{Route: rt, handler: h}); err != nil {
@@ -351,13 +387,14 @@ func canonicalHost(host string) string {
 }
 
 // StripVerifiedHeaders removes the headers only the gateway may set
-// (TokenIDHeader, ClientKeyIDHeader) from h, in every spelling an app
-// might read as them: any case, and with underscores for hyphens, which
-// CGI-style servers (PHP, Rack, WSGI) turn into the same variable.
+// (TokenIDHeader, ClientKeyIDHeader, WebhookIDHeader) from h, in every
+// spelling an app might read as them: any case, and with underscores for
+// hyphens, which CGI-style servers (PHP, Rack, WSGI) turn into the same
+// variable.
 func StripVerifiedHeaders(h http.Header) {
 	for name := range h {
 		n := strings.ReplaceAll(strings.ToLower(name), "_", "-")
-		if n == "replayguard-token-id" || n == "replayguard-client-key-id" {
+		if n == "replayguard-token-id" || n == "replayguard-client-key-id" || n == "replayguard-webhook-id" {
 			delete(h, name)
 		}
 	}
@@ -416,6 +453,92 @@ func (g *Gateway) policy(rt Route) (http.Handler, error) {
 		})), nil
 	}
 	return nil, fmt.Errorf("unknown policy %q", rt.Policy)
+}
+
+// webhookPolicy builds the handler chain of PolicyWebhook route rt,
+// routes[i]: guard.RequireWebhook, with a verifier over the route's
+// secrets, around the proxy. Its records are the gateway Keeper's with
+// the route's overrides, kept at least twice the window (see
+// guard.RequireWebhook). Errors name the route's key and line, and the
+// variable or file of the secrets, never a secret.
+func (g *Gateway) webhookPolicy(rt Route, i int) (http.Handler, error) {
+	if g.keeper == nil {
+		return nil, fmt.Errorf("routes[%d] %q: policy webhook needs an idempotency.Keeper (WithKeeper)", i, rt.Match)
+	}
+	key, secrets, err := g.secrets(rt, i)
+	if err != nil {
+		return nil, err
+	}
+	scheme, err := webhook.ParseScheme(rt.Scheme)
+	if err != nil {
+		return nil, rt.fail(i, "scheme", "%v", err)
+	}
+	v, err := webhook.New(scheme, secrets, webhook.WithWindow(rt.Window), webhook.WithNotBefore(g.notBefore))
+	if err != nil {
+		return nil, rt.fail(i, key, "%s: %v", secretSource(rt), err)
+	}
+	keeper := g.routeKeeper(rt)
+	opts := []guard.Option{guard.WithLogger(g.log), guard.WithMetrics(g.metrics), guard.WithMaxBody(int64(keeper.MaxBody()))}
+	return guard.RequireWebhook(v, keeper, opts...)(g.recorded()), nil
+}
+
+// secrets reads the secrets of webhook route rt, routes[i]: from the
+// variable secret_env names (comma-separated), or from secret_file (one
+// per line); surrounding white space is trimmed and blanks are skipped.
+// key is the routes file's key they came from.
+func (g *Gateway) secrets(rt Route, i int) (key string, secrets []string, err error) {
+	var text string
+	switch {
+	case rt.SecretEnv != "" && rt.SecretFile != "":
+		return "secret_env", nil, rt.fail(i, "secret_env", "set secret_env or secret_file, not both")
+	case rt.SecretEnv != "":
+		key, text = "secret_env", g.getenv(rt.SecretEnv)
+		secrets = splitSecrets(text, ",")
+	case rt.SecretFile != "":
+		key = "secret_file"
+		f, err := os.Open(rt.SecretFile)
+		if err != nil {
+			return key, nil, rt.fail(i, key, "%v", err) // names the path
+		}
+		defer f.Close()
+		data, err := io.ReadAll(io.LimitReader(f, MaxSecretFile+1))
+		switch {
+		case err != nil:
+			return key, nil, rt.fail(i, key, "%v", err)
+		case len(data) > MaxSecretFile:
+			return key, nil, rt.fail(i, key, "%s is over %d bytes", rt.SecretFile, MaxSecretFile)
+		}
+		secrets = splitSecrets(string(data), "\n")
+	default:
+		return "secret_env", nil, rt.fail(i, "secret_env", "policy webhook needs secret_env or secret_file")
+	}
+	if len(secrets) == 0 {
+		if key == "secret_env" {
+			return key, nil, rt.fail(i, key, "the environment variable %s is not set or holds no secret", rt.SecretEnv)
+		}
+		return key, nil, rt.fail(i, key, "%s holds no secret", rt.SecretFile)
+	}
+	return key, secrets, nil
+}
+
+// secretSource names where rt's secrets come from, for messages.
+func secretSource(rt Route) string {
+	if rt.SecretEnv != "" {
+		return "the environment variable " + rt.SecretEnv
+	}
+	return rt.SecretFile
+}
+
+// splitSecrets splits text at sep, trimming white space and skipping
+// blanks.
+func splitSecrets(text, sep string) []string {
+	var out []string
+	for _, s := range strings.Split(text, sep) {
+		if s = strings.TrimSpace(s); s != "" {
+			out = append(out, s)
+		}
+	}
+	return out
 }
 
 // routeKeeper is the gateway's Keeper with the route's overrides.
@@ -525,6 +648,9 @@ func (g *Gateway) rewrite(pr *httputil.ProxyRequest) {
 	}
 	if s, ok := guard.SignatureFrom(ctx); ok {
 		pr.Out.Header.Set(ClientKeyIDHeader, s.KeyID)
+	}
+	if d, ok := guard.WebhookFrom(ctx); ok {
+		pr.Out.Header.Set(WebhookIDHeader, d.ID)
 	}
 	if id := problem.RequestID(ctx); id != "" {
 		pr.Out.Header.Set(problem.RequestIDHeader, id)

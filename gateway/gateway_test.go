@@ -270,6 +270,8 @@ func TestStripVerifiedHeaders(t *testing.T) {
 		"REPLAYGUARD-CLIENT-KEY-ID": {"c"},
 		"Replayguard_Token_Id":      {"d"},
 		"Replayguard_client_key_id": {"e"},
+		"REPLAYGUARD_WEBHOOK_ID":    {"f"},
+		"replayguard-webhook-id":    {"g"},
 		"Replayguard-Token-Ids":     {"kept"},
 		"Content-Type":              {"kept"},
 	}
@@ -287,6 +289,8 @@ var spoofs = []string{
 	"REPLAYGUARD-CLIENT-KEY-ID", "spoof-3",
 	"Replayguard_Token_Id", "spoof-4",
 	"replayguard_client_key_id", "spoof-5",
+	"Replayguard-Webhook-Id", "spoof-6",
+	"replayguard_webhook_id", "spoof-7",
 }
 
 // hopByHop are headers for one connection only, and one a Connection
@@ -331,7 +335,7 @@ func TestHeaderHygiene(t *testing.T) {
 			h := got[0].Header
 			for name, vs := range h {
 				n := strings.ReplaceAll(strings.ToLower(name), "_", "-")
-				if n == "replayguard-client-key-id" || (n == "replayguard-token-id" && (len(vs) != 1 || vs[0] != tc.tokenID)) {
+				if n == "replayguard-client-key-id" || n == "replayguard-webhook-id" || (n == "replayguard-token-id" && (len(vs) != 1 || vs[0] != tc.tokenID)) {
 					t.Errorf("the app got %s: %q", name, vs)
 				}
 				for _, v := range vs {

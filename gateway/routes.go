@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -17,6 +18,7 @@ import (
 	"github.com/replayguard/replayguard/idempotency"
 	"github.com/replayguard/replayguard/internal/size"
 	"github.com/replayguard/replayguard/token"
+	"github.com/replayguard/replayguard/webhook"
 )
 
 // Policies a route can have.
@@ -34,6 +36,10 @@ const (
 	// submits) inside a short window; requests with an Idempotency-Key
 	// are handled as with PolicyIdempotencyKey.
 	PolicyFingerprint = "fingerprint"
+	// PolicyWebhook lets through only webhook deliveries its scheme's
+	// provider signed (Standard Webhooks, Stripe, GitHub, Slack), and
+	// runs the app once per delivery ID.
+	PolicyWebhook = "webhook"
 )
 
 // Limits of a routes file.
@@ -68,15 +74,49 @@ type Route struct {
 	// the gateway reads.
 	MaxBody int
 	// Window overrides the fingerprint window
-	// (REPLAYGUARD_FINGERPRINT_WINDOW; PolicyFingerprint only).
+	// (REPLAYGUARD_FINGERPRINT_WINDOW; PolicyFingerprint), or how far a
+	// delivery's signed timestamp may lie from the gateway's time, either
+	// side (PolicyWebhook; webhook.DefaultWindow, 5m, when zero; not for
+	// the github scheme, which signs no time).
 	Window time.Duration
 	// FailOpen lets requests reach the app without a record when the
 	// store cannot be reached (unsafe; PolicyIdempotencyKey and
 	// PolicyFingerprint only). Defaults to false: 503 store_unavailable.
 	FailOpen bool
+	// Scheme is the signature scheme of a PolicyWebhook route:
+	// "standard", "stripe", "github" or "slack" (see package webhook).
+	Scheme string
+	// SecretEnv names the environment variable holding a PolicyWebhook
+	// route's secret, or several comma-separated (any one verifies, for
+	// rotation). Exactly one of SecretEnv and SecretFile is set.
+	SecretEnv string
+	// SecretFile is the path of a file holding a PolicyWebhook route's
+	// secrets, one per line (surrounding white space trimmed, blank lines
+	// ignored). LoadRoutes resolves a relative path against the routes
+	// file's directory.
+	SecretFile string
 	// Line is where the route starts in its file; 0 for routes built in
 	// code.
 	Line int
+	// secretLine is the line of a webhook route's secret_env or
+	// secret_file key, for the errors New finds reading the secrets.
+	secretLine int
+}
+
+// fail is an error about key of rt, routes[i]: "line N: routes[i].key:
+// message", N being the line of the secret's key for secret_env and
+// secret_file, else the route's, without a line for routes built in
+// code.
+func (rt Route) fail(i int, key, format string, args ...any) error {
+	line := rt.Line
+	if (key == "secret_env" || key == "secret_file") && rt.secretLine != 0 {
+		line = rt.secretLine
+	}
+	msg := fmt.Sprintf("routes[%d].%s: %s", i, key, fmt.Sprintf(format, args...))
+	if line == 0 {
+		return errors.New(msg)
+	}
+	return fmt.Errorf("line %d: %s", line, msg)
 }
 
 // routeKeys lists the keys a route may have, with the policies each
@@ -89,14 +129,17 @@ var routeKeys = []struct {
 	{"policy", nil},
 	{"required", []string{PolicyIdempotencyKey}},
 	{"purpose", []string{PolicyToken}},
-	{"lock_ttl", []string{PolicyToken, PolicyIdempotencyKey, PolicyFingerprint}},
-	{"retention", []string{PolicyToken, PolicyIdempotencyKey, PolicyFingerprint}},
-	{"max_body", []string{PolicyToken, PolicyIdempotencyKey, PolicyFingerprint}},
-	{"window", []string{PolicyFingerprint}},
+	{"lock_ttl", []string{PolicyToken, PolicyIdempotencyKey, PolicyFingerprint, PolicyWebhook}},
+	{"retention", []string{PolicyToken, PolicyIdempotencyKey, PolicyFingerprint, PolicyWebhook}},
+	{"max_body", []string{PolicyToken, PolicyIdempotencyKey, PolicyFingerprint, PolicyWebhook}},
+	{"window", []string{PolicyFingerprint, PolicyWebhook}},
 	{"fail_open", []string{PolicyIdempotencyKey, PolicyFingerprint}},
+	{"scheme", []string{PolicyWebhook}},
+	{"secret_env", []string{PolicyWebhook}},
+	{"secret_file", []string{PolicyWebhook}},
 }
 
-var policies = []string{PolicyToken, PolicyIdempotencyKey, PolicySignature, PolicyFingerprint}
+var policies = []string{PolicyToken, PolicyIdempotencyKey, PolicySignature, PolicyFingerprint, PolicyWebhook}
 
 // routesFile is the shape of a routes file; each route is decoded on its
 // own so errors can name it.
@@ -107,15 +150,18 @@ type routesFile struct {
 // routeFields holds one route's values as YAML gave them; their types are
 // checked here, so messages can speak of the file rather than of Go.
 type routeFields struct {
-	Match     any `yaml:"match"`
-	Policy    any `yaml:"policy"`
-	Required  any `yaml:"required"`
-	Purpose   any `yaml:"purpose"`
-	LockTTL   any `yaml:"lock_ttl"`
-	Retention any `yaml:"retention"`
-	MaxBody   any `yaml:"max_body"`
-	Window    any `yaml:"window"`
-	FailOpen  any `yaml:"fail_open"`
+	Match      any `yaml:"match"`
+	Policy     any `yaml:"policy"`
+	Required   any `yaml:"required"`
+	Purpose    any `yaml:"purpose"`
+	LockTTL    any `yaml:"lock_ttl"`
+	Retention  any `yaml:"retention"`
+	MaxBody    any `yaml:"max_body"`
+	Window     any `yaml:"window"`
+	FailOpen   any `yaml:"fail_open"`
+	Scheme     any `yaml:"scheme"`
+	SecretEnv  any `yaml:"secret_env"`
+	SecretFile any `yaml:"secret_file"`
 }
 
 // LoadRoutes reads the routes file at path (see ParseRoutes). Errors
@@ -137,6 +183,11 @@ func LoadRoutes(path string) ([]Route, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
+	for i := range routes {
+		if f := routes[i].SecretFile; f != "" && !filepath.IsAbs(f) {
+			routes[i].SecretFile = filepath.Join(filepath.Dir(path), f)
+		}
+	}
 	return routes, nil
 }
 
@@ -149,10 +200,17 @@ func LoadRoutes(path string) ([]Route, error) {
 //	  - match: "POST /checkout"
 //	    policy: token
 //	    purpose: checkout
+//	  - match: "POST /hooks/stripe"
+//	    policy: webhook                # a provider's signed deliveries, each run once
+//	    scheme: stripe                 # standard | stripe | github | slack
+//	    secret_env: STRIPE_WEBHOOK_SECRET  # or secret_file: /run/secrets/stripe
 //
 // with the optional per-route keys lock_ttl, retention and window (Go
 // durations such as 30s), max_body (bytes, or with a KiB or MiB suffix)
-// and fail_open (true or false). It is strict: an unknown key, a key the
+// and fail_open (true or false). A webhook route needs scheme and exactly
+// one of secret_env (a variable holding a secret, or several
+// comma-separated) and secret_file (one secret per line); the secrets are
+// read by New, not here. It is strict: an unknown key, a key the
 // route's policy does not use, a value of the wrong type, an invalid
 // pattern and two patterns that ServeMux would refuse to register
 // together are errors naming the line and the route (routes[i], counted
@@ -206,6 +264,7 @@ func parseRoute(node ast.Node, name string) (Route, error) {
 	set := map[string]any{
 		"required": f.Required, "purpose": f.Purpose, "lock_ttl": f.LockTTL, "retention": f.Retention,
 		"max_body": f.MaxBody, "window": f.Window, "fail_open": f.FailOpen,
+		"scheme": f.Scheme, "secret_env": f.SecretEnv, "secret_file": f.SecretFile,
 	}
 	for _, k := range routeKeys {
 		if set[k.name] != nil && k.policies != nil && !slices.Contains(k.policies, rt.Policy) {
@@ -245,7 +304,69 @@ func parseRoute(node ast.Node, name string) (Route, error) {
 			return Route{}, fail("fail_open", "want true or false, got %s", describe(f.FailOpen))
 		}
 	}
+	if rt.Policy == PolicyWebhook {
+		if err := parseWebhook(&rt, f, name, fail); err != nil {
+			return Route{}, err
+		}
+		key := "secret_env"
+		if f.SecretFile != nil {
+			key = "secret_file"
+		}
+		rt.secretLine = keyLine(node, key)
+	}
 	return rt, nil
+}
+
+// parseWebhook reads the keys of a webhook route: its scheme, and where
+// its secrets are (exactly one of secret_env and secret_file).
+func parseWebhook(rt *Route, f routeFields, name string, fail func(key, format string, args ...any) error) error {
+	var schemes []string
+	for _, s := range webhook.Schemes {
+		schemes = append(schemes, string(s))
+	}
+	if f.Scheme == nil {
+		return fmt.Errorf("line %d: %s: policy webhook needs scheme (%s)", rt.Line, name, strings.Join(schemes, ", "))
+	}
+	var ok bool
+	if rt.Scheme, ok = f.Scheme.(string); !ok || !slices.Contains(schemes, rt.Scheme) {
+		return fail("scheme", "want one of %s, got %s", strings.Join(schemes, ", "), describe(f.Scheme))
+	}
+	switch {
+	case rt.Scheme == string(webhook.GitHub) && f.Window != nil:
+		return fail("window", "scheme github signs no time, so it has no window")
+	case f.Window != nil && rt.Window < time.Second:
+		return fail("window", "must be at least 1s on a webhook route (signed timestamps are whole seconds), got %s", describe(f.Window))
+	}
+	switch {
+	case f.SecretEnv != nil && f.SecretFile != nil:
+		return fail("secret_env", "set secret_env or secret_file, not both")
+	case f.SecretEnv != nil:
+		if rt.SecretEnv, ok = f.SecretEnv.(string); !ok || !envName(rt.SecretEnv) {
+			return fail("secret_env", "want the name of an environment variable, such as STRIPE_WEBHOOK_SECRET, got %s", describe(f.SecretEnv))
+		}
+	case f.SecretFile != nil:
+		if rt.SecretFile, ok = f.SecretFile.(string); !ok || strings.TrimSpace(rt.SecretFile) == "" {
+			return fail("secret_file", "want the path of a file with one secret per line, got %s", describe(f.SecretFile))
+		}
+	default:
+		return fail("secret_env", "policy webhook needs secret_env (an environment variable holding the secret, or several comma-separated) or secret_file (a file with one secret per line)")
+	}
+	return nil
+}
+
+// envName reports whether s is a portable environment variable name:
+// letters, digits and underscores, not starting with a digit.
+func envName(s string) bool {
+	if s == "" || (s[0] >= '0' && s[0] <= '9') {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c != '_' && (c < '0' || c > '9') && (c < 'A' || c > 'Z') && (c < 'a' || c > 'z') {
+			return false
+		}
+	}
+	return true
 }
 
 // durationValue reads an optional duration of at least least; nil is 0.

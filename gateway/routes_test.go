@@ -96,7 +96,7 @@ func TestParseRoutesInvalid(t *testing.T) {
 		{"invalid pattern", "routes:\n  - match: \"POST /o/{id\"\n    policy: token\n", `line 2: routes[0].match: "POST /o/{id" is not a ServeMux pattern`},
 		{"pattern without a slash", "routes:\n  - match: \"POST orders\"\n    policy: token\n", "routes[0].match:"},
 		{"policy missing", "routes:\n  - match: /x\n", "line 2: routes[0]: policy is required"},
-		{"unknown policy", "routes:\n  - match: /x\n    policy: captcha\n", `line 3: routes[0].policy: want one of token, idempotency_key, signature, fingerprint, got "captcha"`},
+		{"unknown policy", "routes:\n  - match: /x\n    policy: captcha\n", `line 3: routes[0].policy: want one of token, idempotency_key, signature, fingerprint, webhook, got "captcha"`},
 		{"required not a bool", route("    required: yes\n"), `line 4: routes[0].required: want true or false, got "yes"`},
 		{"required on a token route", "routes:\n  - match: /x\n    policy: token\n    required: true\n", "line 4: routes[0].required: applies only to policy idempotency_key, not token"},
 		{"purpose on an idempotency route", route("    purpose: checkout\n"), "line 4: routes[0].purpose: applies only to policy token"},

@@ -1,14 +1,17 @@
 // Package guard protects an application's own routes: net/http
 // middleware that lets a request through only with a single-use token
 // (RequireToken), at most once per Idempotency-Key with the first response
-// replayed to duplicates (Idempotent), or only when it carries a fresh
-// signature (RequireSignature). Each is a func(http.Handler) http.Handler
-// built by one constructor over one Option type; Gin turns any of them,
-// or any other net/http middleware, into Gin middleware.
+// replayed to duplicates (Idempotent), only when it carries a fresh
+// signature (RequireSignature), or only as a webhook delivery a provider
+// signed, once per delivery ID (RequireWebhook). Each is a
+// func(http.Handler) http.Handler built by one constructor over one
+// Option type; Gin turns any of them, or any other net/http middleware,
+// into Gin middleware.
 //
 //	mux.Handle("POST /checkout", guard.RequireToken(tokens, "checkout")(checkout))
 //	mux.Handle("POST /orders", guard.Idempotent(keeper)(createOrder))
-//	mux.Handle("POST /v1/webhook", guard.RequireSignature(verifier)(receive))
+//	mux.Handle("POST /v1/partner", guard.RequireSignature(verifier)(receive))
+//	mux.Handle("POST /hooks/stripe", guard.RequireWebhook(stripe, keeper)(fulfil))
 //
 //	r.POST("/orders", guard.Gin(guard.Idempotent(keeper)), createOrder) // Gin
 //
@@ -46,6 +49,18 @@
 // 9421, with a time window and a nonce store, see package replay) before
 // the protected handler runs; the verified key ID is in SignatureFrom.
 // WithScheme and WithAuthority fix the target URI behind a proxy.
+//
+// # Webhooks
+//
+// RequireWebhook receives the deliveries of one provider's scheme
+// (Standard Webhooks and Svix, Stripe, GitHub, Slack: see package
+// webhook): it verifies the signature over the raw body and the
+// timestamp's window first, and only then opens the delivery's record,
+// so a forged delivery never reaches the store. The handler runs once per
+// route and delivery ID and finds the delivery with WebhookFrom; a
+// redelivery gets the stored response with Idempotent-Replayed: true, so
+// the provider stops retrying, while a 5xx or a panic releases the record
+// for the provider's next attempt.
 //
 // # Refusals
 //

@@ -21,6 +21,7 @@ import (
 	"github.com/replayguard/replayguard/replay"
 	"github.com/replayguard/replayguard/store/memory"
 	"github.com/replayguard/replayguard/token"
+	"github.com/replayguard/replayguard/webhook"
 )
 
 // exampleKeys is the client keys file of the examples; a real one is read
@@ -414,4 +415,73 @@ func summary(w *httptest.ResponseRecorder) string {
 		return err.Error()
 	}
 	return "problem " + p.Code
+}
+
+// A service receives Standard Webhooks deliveries and runs each once,
+// however often the sender delivers it; the sender, here in the same
+// program, signs them with package webhook's Signer, so one library covers
+// both ends. The second delivery repeats the first (same webhook-id,
+// signed again): it gets the first response back, and the handler runs
+// once. A forged delivery is refused before anything is recorded.
+func ExampleRequireWebhook() {
+	const secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw" // example only: webhook.GenerateSecret makes one
+
+	// Receiver.
+	v, err := webhook.New(webhook.Standard, []string{secret})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	st := memory.New() // or redisstore.New(client)
+	defer st.Close()
+	runs := 0
+	mux := http.NewServeMux()
+	mux.Handle("POST /hooks/billing", guard.RequireWebhook(v, idempotency.New(st))(
+		http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			d, _ := guard.WebhookFrom(r.Context())
+			runs++
+			fmt.Fprintf(w, "handled %s (run %d)", d.ID, runs)
+		})))
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+
+	// Sender.
+	signer, err := webhook.NewSigner([]string{secret})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	deliver := func(id string, sign bool) {
+		req, _ := http.NewRequest(http.MethodPost, srv.URL+"/hooks/billing", strings.NewReader(`{"type":"invoice.paid"}`))
+		if sign {
+			if err := signer.SignRequest(req, id); err != nil {
+				fmt.Println(err)
+				return
+			}
+		} else {
+			req.Header.Set("webhook-id", id)
+			req.Header.Set("webhook-timestamp", "1700000000")
+			req.Header.Set("webhook-signature", "v1,Ceo5qEr07ixe2NLpvHk3FH9bwy/WavXrAFQ/9tdO6mc=")
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			fmt.Println(err)
+			return
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode >= 400 {
+			var p problem.Problem
+			_ = json.Unmarshal(body, &p)
+			body = []byte(p.Code)
+		}
+		fmt.Println(resp.StatusCode, resp.Header.Get("Idempotent-Replayed"), string(body))
+	}
+	deliver("msg_2KWPBgLlAfxdpx2AI54pPJ85f4W", true)
+	deliver("msg_2KWPBgLlAfxdpx2AI54pPJ85f4W", true) // the sender's retry
+	deliver("msg_forged", false)
+	// Output:
+	// 200  handled msg_2KWPBgLlAfxdpx2AI54pPJ85f4W (run 1)
+	// 200 true handled msg_2KWPBgLlAfxdpx2AI54pPJ85f4W (run 1)
+	// 401  signature_invalid
 }

@@ -96,8 +96,9 @@ func WithErrorHandler(h http.Handler) Option { return func(s *settings) { s.onEr
 
 // WithMaxBody bounds the request body a middleware reads, and hands on
 // intact: Idempotent reads it to fingerprint the request, RequireSignature
-// to check its Content-Digest, RequireToken (only for a request without
-// the Idempotency-Token header) to find the token's form field. A longer
+// to check its Content-Digest, RequireWebhook to verify the provider's
+// signature over it, RequireToken (only for a request without the
+// Idempotency-Token header) to find the token's form field. A longer
 // body is refused with 413 payload_too_large. Defaults to DefaultMaxBody
 // (1 MiB); n <= 0 keeps the default.
 func WithMaxBody(n int64) Option {

@@ -128,9 +128,9 @@ func WithIgnoredFields(names ...string) Option {
 }
 
 // WithReleaseStatus sets which responses release a record instead of
-// being stored (Idempotent, and RequireToken with WithRecords): a
-// released request runs again on retry, a stored one is answered from the
-// record. Defaults to every 5xx status (recommended: a transient failure
+// being stored (Idempotent, RequireWebhook, and RequireToken with
+// WithRecords): a released request runs again on retry, a stored one is
+// answered from the record. Defaults to every 5xx status (recommended: a transient failure
 // is not replayed for a day); 4xx responses are stored. A panic always
 // releases.
 func WithReleaseStatus(releases func(status int) bool) Option {

@@ -310,7 +310,8 @@ func (c *captureWriter) finish(streaming, panicked bool) error {
 }
 
 // AbandonRecord marks the record of the response being written to w, if
-// it has one (Idempotent, or RequireToken with WithRecords), to be left as it is when the handler returns:
+// it has one (Idempotent, RequireWebhook, or RequireToken with
+// WithRecords), to be left as it is when the handler returns:
 // neither completed nor released, it stays processing until its lease
 // ends (idempotency.Run.Abandon). A handler calls it when it cannot tell
 // whether its work was done, such as a proxy whose upstream timed out

@@ -8,15 +8,17 @@
 // the problem of an error with For. The table:
 //
 //	400 invalid_request          malformed body, purpose, subject or TTL; no token sent; an unparseable
-//	                             request; a gateway request spelled as servers read their own way
+//	                             request; a gateway request spelled as servers read their own way; a
+//	                             verified webhook delivery without a usable ID (a Stripe body without a string id)
 //	400 invalid_idempotency_key  Idempotency-Key is not one sf-string of 1 to 255 characters
 //	400 idempotency_key_missing  the route requires an Idempotency-Key
 //	401 unauthorized             the Bearer API key is missing or wrong
 //	401 token_invalid            malformed, forged, unknown kid, not HS256
 //	401 token_expired            exp has passed
-//	401 signature_missing        no Signature-Input or Signature
-//	401 signature_invalid        bad syntax, unknown key or alg, wrong signature, missing component, digest mismatch
-//	401 signature_expired        created outside the window; the problem carries server_time
+//	401 signature_missing        no Signature-Input or Signature; a header a webhook scheme signs or keys on is missing
+//	401 signature_invalid        bad syntax, unknown key or alg, wrong signature, missing component, digest mismatch;
+//	                             a webhook signature no configured secret verifies over the body
+//	401 signature_expired        created (or a webhook's timestamp) outside the window; the problem carries server_time
 //	401 replayed_request         this key ID and nonce were seen before
 //	403 subject_not_allowed      a subject was asked for without a valid API key
 //	403 purpose_mismatch         issued for another purpose (the token stays valid)

@@ -13,6 +13,7 @@ import (
 	"github.com/replayguard/replayguard/replay"
 	"github.com/replayguard/replayguard/store"
 	"github.com/replayguard/replayguard/token"
+	"github.com/replayguard/replayguard/webhook"
 )
 
 // Errors of the HTTP layer, beside the sentinels of the packages the
@@ -93,6 +94,7 @@ var table = []spec{
 	{err: token.ErrBadRequest, status: 400, code: "invalid_request", title: "Invalid request", detail: "The request is malformed."},
 	{err: ErrBadRequest, status: 400, code: "invalid_request", title: "Invalid request", detail: "The request is malformed."},
 	{err: idempotency.ErrBadLease, status: 400, code: "invalid_request", title: "Invalid request", detail: "The request is malformed."},
+	{err: webhook.ErrNoID, status: 400, code: "invalid_request", title: "Invalid request", detail: "The webhook delivery verified but carries no usable ID to run it once under."},
 	{err: idempotency.ErrKeyMissing, status: 400, code: "idempotency_key_missing", title: "Idempotency key missing", detail: "This route requires an Idempotency-Key header, such as Idempotency-Key: \"8e03978e-40d5-43e8-bc93-6894a57f9324\"."},
 	{err: idempotency.ErrInvalidKey, status: 400, code: "invalid_idempotency_key", title: "Invalid idempotency key", detail: "The Idempotency-Key header must be one RFC 8941 sf-string of 1 to 255 characters, such as \"8e03978e-40d5-43e8-bc93-6894a57f9324\"."},
 	{err: ErrUnauthorized, status: 401, code: "unauthorized", title: "Missing or invalid API key", detail: "Send Authorization: Bearer <API key>."},

@@ -14,6 +14,7 @@ import (
 	"github.com/replayguard/replayguard/replay"
 	"github.com/replayguard/replayguard/store"
 	"github.com/replayguard/replayguard/token"
+	"github.com/replayguard/replayguard/webhook"
 )
 
 func TestProblemTable(t *testing.T) {
@@ -24,6 +25,10 @@ func TestProblemTable(t *testing.T) {
 	}{
 		{token.ErrBadRequest, 400, "invalid_request"},
 		{problem.ErrBadRequest, 400, "invalid_request"},
+		{webhook.ErrNoID, 400, "invalid_request"},
+		{webhook.ErrMissing, 401, "signature_missing"},
+		{webhook.ErrInvalid, 401, "signature_invalid"},
+		{webhook.ErrExpired, 401, "signature_expired"},
 		{token.ErrInvalid, 401, "token_invalid"},
 		{token.ErrExpired, 401, "token_expired"},
 		{problem.ErrUnauthorized, 401, "unauthorized"},

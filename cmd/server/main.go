@@ -18,6 +18,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -156,6 +157,16 @@ func run(ctx context.Context, args []string, getenv func(string) string, out io.
 			gateway.WithFingerprintWindow(cfg.FingerprintWindow),
 			gateway.WithLogger(log),
 			gateway.WithMetrics(m),
+			gateway.WithGetenv(getenv), // webhook routes' secret_env
+		}
+		if _, ok := st.(*memory.Store); ok {
+			// The memory store forgets the deliveries it ran on restart.
+			notBefore := start.Truncate(time.Second)
+			gopts = append(gopts, gateway.WithWebhookNotBefore(notBefore))
+			if slices.ContainsFunc(cfg.Routes, func(rt gateway.Route) bool { return rt.Policy == gateway.PolicyWebhook }) {
+				log.Info("webhook routes on the embedded memory store: deliveries timestamped before the process started are refused as signature_expired, since the deliveries run before a restart are forgotten",
+					"not_before", notBefore.UTC().Format(time.RFC3339))
+			}
 		}
 		if lim, ok := inst.(store.Limiter); ok {
 			if n := cfg.perCaller(st); n > 0 {

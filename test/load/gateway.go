@@ -24,6 +24,9 @@ import (
 type gatewayMode struct {
 	// keyed sends an Idempotency-Key.
 	keyed bool
+	// webhook sends a Standard Webhooks delivery, its key the webhook-id
+	// (see orderHeaders), for a webhook route.
+	webhook bool
 	// repeat makes each worker send one request before the timed phase
 	// (it must run: 201, not replayed) and then only that request again:
 	// every answer must be its replay, byte for byte, with
@@ -46,10 +49,12 @@ var gatewayModes = map[string]gatewayMode{
 	"replay":      {keyed: true, repeat: true, request: "idempotency_key: replay", what: "completed keys replayed (201, replayed)"},
 	"fp-first":    {request: "fingerprint: first execution", what: "new bodies executed (201)"},
 	"fp-replay":   {repeat: true, request: "fingerprint: replay", what: "completed bodies replayed (201, replayed)"},
+	"wh-first":    {webhook: true, request: "webhook: verified first delivery", what: "verified deliveries executed (201)"},
+	"wh-replay":   {webhook: true, repeat: true, request: "webhook: verified redelivery", what: "verified redeliveries replayed (201, replayed)"},
 }
 
 // gatewayOrder lists the modes in the order reports show them.
-var gatewayOrder = []string{"bare", "passthrough", "first", "replay", "fp-first", "fp-replay"}
+var gatewayOrder = []string{"bare", "passthrough", "first", "replay", "fp-first", "fp-replay", "wh-first", "wh-replay"}
 
 // repeat is one worker's request in the repeat modes, with the answer of
 // its one execution.
@@ -58,12 +63,16 @@ type repeat struct {
 	body, answer  []byte
 }
 
-// orderRequest returns the JSON body of the order ref and, when keyed,
-// an Idempotency-Key for it (an RFC 8941 sf-string).
-func orderRequest(ref string, keyed bool) (body []byte, key string) {
+// orderRequest returns the JSON body of the order ref and its key in
+// mode m: an Idempotency-Key (an RFC 8941 sf-string) when keyed, a
+// webhook-id for a webhook mode, else none.
+func orderRequest(ref string, m gatewayMode) (body []byte, key string) {
 	body = []byte(`{"item":"load-test","quantity":1,"ref":"` + ref + `"}`)
-	if keyed {
+	switch {
+	case m.keyed:
 		key = `"` + ref + `"`
+	case m.webhook:
+		key = "msg_" + ref
 	}
 	return body, key
 }
@@ -91,8 +100,8 @@ func (r *runner) prepareGateway(ctx context.Context) error {
 	r.repeats = make([]repeat, r.cfg.workers)
 	t := &tally{statuses: map[int]int64{}}
 	for i := range r.repeats {
-		body, key := orderRequest(r.runID+"-w"+strconv.Itoa(i), m.keyed)
-		st, h, answer, ok := r.send(ctx, t, r.cfg.path, keyHeader(key), key, body)
+		body, key := orderRequest(r.runID+"-w"+strconv.Itoa(i), m)
+		st, h, answer, ok := r.sendOrder(ctx, t, body, key)
 		if !ok {
 			return fmt.Errorf("preparing worker %d's request: %s", i, t.firstErr)
 		}
@@ -139,7 +148,7 @@ func (r *runner) gatewayLoop(ctx context.Context, t *tally) {
 	}
 	for r.take(ctx, 1) {
 		body, key := r.nextOrder(want)
-		st, h, answer, ok := r.send(ctx, t, r.cfg.path, keyHeader(key), key, body)
+		st, h, answer, ok := r.sendOrder(ctx, t, body, key)
 		if !ok {
 			continue
 		}
@@ -161,7 +170,7 @@ func (r *runner) nextOrder(want *repeat) ([]byte, string) {
 		return want.body, want.key
 	}
 	n := r.next.Add(1)
-	return orderRequest(r.runID+"-"+strconv.FormatUint(n, 10), gatewayModes[r.cfg.mode].keyed)
+	return orderRequest(r.runID+"-"+strconv.FormatUint(n, 10), gatewayModes[r.cfg.mode])
 }
 
 // gatewayReport is "load gateway-report": the Markdown tables of the

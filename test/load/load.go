@@ -214,6 +214,15 @@ func (r *runner) do(ctx context.Context, t *tally, path string, header, value st
 
 // send is do that returns the answer's headers too.
 func (r *runner) send(ctx context.Context, t *tally, path string, header, value string, body []byte) (int, http.Header, []byte, bool) {
+	h := http.Header{}
+	if header != "" {
+		h.Set(header, value)
+	}
+	return r.sendHeader(ctx, t, path, h, body)
+}
+
+// sendHeader is send with the request headers h.
+func (r *runner) sendHeader(ctx context.Context, t *tally, path string, h http.Header, body []byte) (int, http.Header, []byte, bool) {
 	var rd io.Reader
 	if body != nil {
 		rd = bytes.NewReader(body)
@@ -226,8 +235,8 @@ func (r *runner) send(ctx context.Context, t *tally, path string, header, value 
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
-	if header != "" {
-		req.Header.Set(header, value)
+	for name, vs := range h {
+		req.Header[name] = vs
 	}
 	start := time.Now()
 	resp, err := r.client.Do(req)

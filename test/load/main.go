@@ -44,6 +44,14 @@
 //	             fingerprint route: no answer may be a replay.
 //	fp-replay    as replay, without a key: the repeated body is the key,
 //	             on a fingerprint route whose window outlasts the run.
+//	wh-first     new orders, each a Standard Webhooks delivery with a new
+//	             webhook-id, signed when sent (with the secret "load
+//	             webhook-secret" prints), for a webhook route: every answer
+//	             must be a first execution.
+//	wh-replay    as replay, for a webhook route: each worker's one delivery
+//	             is sent again and again, signed anew each time (a later
+//	             timestamp, as a provider's redelivery), and every answer
+//	             must be its replay.
 //
 // A run is bounded by -duration and by -max-requests, whichever comes
 // first, and stops by itself. Only loopback targets are accepted, and the
@@ -57,10 +65,11 @@
 // redis-benchmark output into the Markdown tables of BENCHMARKS.md (see
 // report.go), "load gateway-report" does the same for the gateway modes
 // (see gateway.go), "load clientkeys" prints the REPLAYGUARD_CLIENT_KEYS
-// file of the fixed test keys verify mode signs with, and "load
+// file of the fixed test keys verify mode signs with, "load
+// webhook-secret" the secret the webhook modes sign with, and "load
 // perfsplit" splits a server's perf profile into categories of CPU time
 // (see perfsplit.go). run.sh runs the whole comparison, gateway.sh the
-// gateway's.
+// gateway's, webhook.sh the webhook route's.
 package main
 
 import (
@@ -78,7 +87,7 @@ import (
 
 func main() {
 	if len(os.Args) > 1 {
-		sub := map[string]func([]string, io.Writer) error{"report": report, "gateway-report": gatewayReport, "perfsplit": perfSplitCmd, "clientkeys": clientKeysCmd}[os.Args[1]]
+		sub := map[string]func([]string, io.Writer) error{"report": report, "gateway-report": gatewayReport, "perfsplit": perfSplitCmd, "clientkeys": clientKeysCmd, "webhook-secret": webhookSecretCmd}[os.Args[1]]
 		if sub != nil {
 			if err := sub(os.Args[2:], os.Stdout); err != nil {
 				fmt.Fprintf(os.Stderr, "load %s: %v\n", os.Args[1], err)
@@ -152,7 +161,7 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs := flag.NewFlagSet("load", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.StringVar(&c.url, "url", "http://127.0.0.1:8080", "base URL of the server (loopback only)")
-	fs.StringVar(&c.mode, "mode", "pairs", "pairs, forged, noop, verify or redeem; for the gateway: bare, passthrough, first, replay, fp-first or fp-replay")
+	fs.StringVar(&c.mode, "mode", "pairs", "pairs, forged, noop, verify or redeem; for the gateway: bare, passthrough, first, replay, fp-first, fp-replay, wh-first or wh-replay")
 	fs.StringVar(&c.label, "label", "", "name of the target in the summary (default: the URL's host)")
 	fs.IntVar(&c.workers, "workers", 64, "concurrent workers, each with at most one request in flight")
 	fs.DurationVar(&c.duration, "duration", 10*time.Second, "how long to run (at most 10m)")
@@ -184,7 +193,7 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	case gw:
 	case c.mode == "pairs", c.mode == "forged", c.mode == "noop", c.mode == "verify", c.mode == "redeem":
 	default:
-		return nil, fmt.Errorf("-mode %q: want pairs, forged, noop, verify, redeem, bare, passthrough, first, replay, fp-first or fp-replay", c.mode)
+		return nil, fmt.Errorf("-mode %q: want pairs, forged, noop, verify, redeem, bare, passthrough, first, replay, fp-first, fp-replay, wh-first or wh-replay", c.mode)
 	}
 	if !strings.HasPrefix(c.path, "/") {
 		return nil, fmt.Errorf("-path %q: want an absolute path", c.path)
