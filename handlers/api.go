@@ -176,9 +176,8 @@ func Mount(r gin.IRoutes, tokens *token.Service, opts ...Option) *API {
 // preflight for the former, POST /v1/tokens/complete and
 // /v1/tokens/release (404 without WithRecords), the forward-auth
 // endpoint ForwardAuthPath, POST /v1/signatures/verify (404 without
-// WithVerifier), and the browser SDK
-// (GET /sdk/replayguard.js, /sdk/replayguard.mjs and
-// /sdk/replayguard.js.sri) to r.
+// WithVerifier), and the browser SDK (GET and HEAD of sdk.Paths:
+// /sdk/replayguard.js, .mjs, .src.js, .min.js.map and .js.sri) to r.
 func (a *API) Register(r gin.IRoutes) {
 	r.POST("/v1/tokens", a.cors, handle(a.issue, a.countIssue))
 	r.OPTIONS("/v1/tokens", a.preflight)
@@ -190,7 +189,7 @@ func (a *API) Register(r gin.IRoutes) {
 	}
 	r.POST("/v1/signatures/verify", handle(a.verifySignature, a.metrics.SignatureVerification))
 	files := gin.WrapH(sdk.Handler())
-	for _, p := range []string{sdk.ScriptPath, sdk.ModulePath, sdk.SRIPath} {
+	for _, p := range sdk.Paths() {
 		r.GET(p, files)
 		r.HEAD(p, files)
 	}

@@ -20,7 +20,7 @@
 //	OPTIONS /v1/tokens      CORS preflight for the origins given to WithCORSOrigins
 //	POST /v1/signatures/verify  with WithVerifier: JSON {"method","url","headers","body"};
 //	                        200 {"status":"verified","keyid","created","nonce"} once per nonce
-//	GET /sdk/replayguard.js, .mjs, .js.sri  the browser SDK
+//	GET /sdk/replayguard.js, .mjs, .src.js, .min.js.map, .js.sri  the browser SDK (sdk.Paths)
 //
 // Engine wraps the API in a complete Gin engine with GET /healthz,
 // GET /readyz, GET /metrics, request IDs, JSON request logs and panic

@@ -15,8 +15,10 @@ func Example() {
 	mux.Handle("GET /sdk/", sdk.Handler())
 
 	w := httptest.NewRecorder()
-	mux.ServeHTTP(w, httptest.NewRequest(http.MethodGet, sdk.ScriptPath, nil))
-	fmt.Println(w.Code, w.Header().Get("Content-Type"), strings.HasPrefix(sdk.SRI, "sha384-"))
+	r := httptest.NewRequest(http.MethodGet, sdk.ScriptPath, nil)
+	r.Header.Set("Accept-Encoding", "gzip, deflate, br, zstd")
+	mux.ServeHTTP(w, r)
+	fmt.Println(w.Code, w.Header().Get("Content-Type"), w.Header().Get("Content-Encoding"), strings.HasPrefix(sdk.SRI, "sha384-"))
 	// Output:
-	// 200 text/javascript; charset=utf-8 true
+	// 200 text/javascript; charset=utf-8 br true
 }
