@@ -1,8 +1,8 @@
 // Command server runs Replayguard as a standalone HTTP service.
 //
 // With no configuration it listens on :8080 with the embedded memory
-// store; REPLAYGUARD_REDIS_URL or REPLAYGUARD_REDIS_CLUSTER_ADDRS moves it
-// onto Redis. REPLAYGUARD_CLIENT_KEYS turns on POST /v1/signatures/verify
+// store; REPLAYGUARD_REDIS_URL, REPLAYGUARD_REDIS_CLUSTER_ADDRS (or _URL)
+// or REPLAYGUARD_REDIS_SENTINEL_ADDRS moves it onto Redis. REPLAYGUARD_CLIENT_KEYS turns on POST /v1/signatures/verify
 // for signed requests; SIGHUP re-reads that file. Run it with -h for every
 // flag; each mirrors a REPLAYGUARD_* environment variable (see README.md).
 package main
@@ -315,12 +315,22 @@ func openStore(ctx context.Context, cfg *config, log *slog.Logger) (store.Store,
 		o.DialTimeout, o.ReadTimeout, o.WriteTimeout, o.PoolTimeout = t, t, t, t
 		client = goredis.NewClusterClient(o)
 		log.Info("store: redis cluster", "seeds", o.Addrs, "tls", o.TLSConfig != nil)
+	case len(cfg.RedisSentinel) > 0:
+		o := cfg.failoverOptions()
+		client = goredis.NewFailoverClient(o)
+		log.Info("store: redis sentinel", "sentinels", o.SentinelAddrs, "master", o.MasterName,
+			"sentinel_auth", o.SentinelPassword != "", "username", o.Username, "auth", o.Password != "")
 	default:
 		log.Warn("store: embedded memory: single instance only; tokens are lost on restart and not shared with other instances; set REPLAYGUARD_REDIS_URL to scale out",
 			"max_entries", cfg.MemoryMax)
 		return memory.New(cfg.memoryOptions()...), nil
 	}
-	st := redisstore.New(client, redisstore.WithPrefix(cfg.KeyPrefix), redisstore.WithTimeout(cfg.StoreTimeout))
+	st := redisstore.New(client, redisstore.WithPrefix(cfg.KeyPrefix), redisstore.WithTimeout(cfg.StoreTimeout),
+		redisstore.WithMinReplicas(cfg.RedisMinReplicas))
+	if cfg.RedisMinReplicas > 0 {
+		log.Info("store: every change waits for replicas (WAIT); it fails with 503 when fewer acknowledge it within the store timeout",
+			"min_replicas", cfg.RedisMinReplicas, "timeout", cfg.StoreTimeout.String())
+	}
 	if err := st.Ping(ctx); err != nil {
 		log.Warn("redis is not reachable at start; /readyz answers 503 and requests fail closed until it is", "error", err.Error())
 	}
