@@ -24,6 +24,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 	goredis "github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
 
 	"github.com/replayguard/replayguard/gateway"
 	"github.com/replayguard/replayguard/handlers"
@@ -303,6 +304,9 @@ func openStore(ctx context.Context, cfg *config, log *slog.Logger) (store.Store,
 		o := cfg.RedisURL
 		o.ContextTimeoutEnabled = true
 		o.DialTimeout, o.ReadTimeout, o.WriteTimeout, o.PoolTimeout = cfg.StoreTimeout, cfg.StoreTimeout, cfg.StoreTimeout, cfg.StoreTimeout
+		if cfg.RedisMinReplicas > 0 {
+			o.MaintNotificationsConfig = noMaintNotifications()
+		}
 		client = goredis.NewClient(o)
 		log.Info("store: redis", "addr", o.Addr, "db", o.DB, "tls", o.TLSConfig != nil)
 	case len(cfg.RedisCluster) > 0 || cfg.RedisClusterURL != nil:
@@ -313,6 +317,9 @@ func openStore(ctx context.Context, cfg *config, log *slog.Logger) (store.Store,
 		t := cfg.StoreTimeout
 		o.ContextTimeoutEnabled = true
 		o.DialTimeout, o.ReadTimeout, o.WriteTimeout, o.PoolTimeout = t, t, t, t
+		if cfg.RedisMinReplicas > 0 {
+			o.MaintNotificationsConfig = noMaintNotifications()
+		}
 		client = goredis.NewClusterClient(o)
 		log.Info("store: redis cluster", "seeds", o.Addrs, "tls", o.TLSConfig != nil)
 	case len(cfg.RedisSentinel) > 0:
@@ -335,6 +342,16 @@ func openStore(ctx context.Context, cfg *config, log *slog.Logger) (store.Store,
 		log.Warn("redis is not reachable at start; /readyz answers 503 and requests fail closed until it is", "error", err.Error())
 	}
 	return st, nil
+}
+
+// noMaintNotifications turns off go-redis's maintenance notifications
+// (a Redis Enterprise feature), as redisstore.WithMinReplicas asks: the
+// store's pinned connections share their client's options, and in the
+// default auto mode the first connections rewrite them when the server
+// refuses the feature, a data race in go-redis v9.23. FailoverClients
+// never negotiate it.
+func noMaintNotifications() *maintnotifications.Config {
+	return &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
 }
 
 // redisLogger sends go-redis's internal messages to slog, so every line

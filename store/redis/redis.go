@@ -139,7 +139,12 @@ func WithTimeout(d time.Duration) Option {
 // goredis.NewFailoverClient), whose Conn pins the connection, or a
 // *goredis.ClusterClient, where the WAIT goes to the master that holds
 // the key (MasterForKey); with any other client every change fails. A
-// Redis ACL user then needs +wait besides ACLCommands.
+// Redis ACL user then needs +wait besides ACLCommands. Turn off the
+// client's maintenance notifications (MaintNotificationsConfig with
+// maintnotifications.ModeDisabled; FailoverClients always do): in
+// go-redis v9.23 a Conn shares its client's options but not their lock,
+// and in the default auto mode the first connections rewrite them when
+// the server refuses the feature, a data race.
 //
 // Defaults to DefaultMinReplicas (0): a change is acknowledged by the
 // master alone, with no extra command, and a failover may undo the last

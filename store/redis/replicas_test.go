@@ -14,6 +14,7 @@ import (
 
 	"github.com/alicebob/miniredis/v2"
 	goredis "github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
 
 	"github.com/replayguard/replayguard/internal/testenv"
 	"github.com/replayguard/replayguard/store"
@@ -26,6 +27,12 @@ const (
 	envSentinelAddrs  = "REPLAYGUARD_TEST_REDIS_SENTINEL_ADDRS"  // host:port,host:port,...
 	envSentinelMaster = "REPLAYGUARD_TEST_REDIS_SENTINEL_MASTER" // the master's name
 )
+
+// noMaintNotifications is the setting WithMinReplicas asks of a client
+// (see its documentation).
+func noMaintNotifications() *maintnotifications.Config {
+	return &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
+}
 
 // setupTimeout bounds how long a test waits for its private servers to
 // link up.
@@ -106,21 +113,17 @@ func waitLinked(t testing.TB, c *goredis.Client) {
 	})
 }
 
-// waitOnline waits until a replica of the master behind c has
-// acknowledged a write made now, with WAIT on the connection that made
-// it. After a full sync the master counts the replica only once it has
+// waitOnline waits until the master behind c counts a replica as
+// online: after a full sync the master counts it only once it has
 // acknowledged the end of the sync, up to a second after the replica
-// reports its link up.
+// reports its link up. WAIT on a connection that has written nothing
+// waits for exactly that (and needs no key, so it works on a Cluster
+// node before the cluster is ok).
 func waitOnline(t testing.TB, c *goredis.Client) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), setupTimeout)
 	defer cancel()
-	conn := c.Conn()
-	defer conn.Close()
-	if err := conn.Set(ctx, "rgtest:online", "1", time.Minute).Err(); err != nil {
-		t.Fatal(err)
-	}
-	if n, err := conn.Wait(ctx, 1, setupTimeout-time.Second).Result(); err != nil || n < 1 {
+	if n, err := c.Wait(ctx, 1, setupTimeout-time.Second).Result(); err != nil || n < 1 {
 		t.Fatalf("WAIT 1 on %s = %d, %v: no replica online", c.Options().Addr, n, err)
 	}
 }
@@ -231,6 +234,7 @@ func changeKeys(s *redis.Store, tag string) map[string]string {
 // change nothing answer at once; and a change needing two replicas never
 // succeeds.
 func TestMinReplicas(t *testing.T) {
+	t.Parallel() // private servers
 	bin := testenv.RedisServer(t)
 	master := testenv.StartRedis(t, bin)
 	replica := testenv.StartRedis(t, bin, "--replicaof", "127.0.0.1", strconv.Itoa(master.Port()))
@@ -247,7 +251,8 @@ func TestMinReplicas(t *testing.T) {
 		t.Fatalf("ACL SETUSER: %v", err)
 	}
 	newStore := func(t *testing.T, opts ...redis.Option) *redis.Store {
-		client := goredis.NewClient(&goredis.Options{Addr: master.Addr(), Username: user, Password: pass, ContextTimeoutEnabled: true})
+		client := goredis.NewClient(&goredis.Options{Addr: master.Addr(), Username: user, Password: pass, ContextTimeoutEnabled: true,
+			MaintNotificationsConfig: noMaintNotifications()})
 		s := redis.New(client, append([]redis.Option{redis.WithPrefix(uniquePrefix(t))}, opts...)...)
 		t.Cleanup(func() { _ = s.Close() })
 		return s
@@ -264,7 +269,8 @@ func TestMinReplicas(t *testing.T) {
 	})
 
 	t.Run("with the replica stopped a change fails, a refusal does not wait", func(t *testing.T) {
-		const timeout = 300 * time.Millisecond
+		// WAIT gets 450ms of it: a refusal that waited would show.
+		const timeout = 600 * time.Millisecond
 		s := newStore(t, redis.WithTimeout(timeout), redis.WithMinReplicas(1))
 		plain := newStore(t, redis.WithTimeout(timeout))
 		tok := store.Token{Purpose: "p"}
@@ -366,11 +372,13 @@ func want(ok bool, err error) error {
 // that master's slots fail with ErrNotReplicated and changes to the
 // other's succeed, which shows WAIT reaches the node that took the write.
 func TestMinReplicasCluster(t *testing.T) {
+	t.Parallel() // private servers
 	bin := testenv.RedisServer(t)
 	masters, replicas := startCluster(t, bin)
 	client := func() *goredis.ClusterClient {
 		addrs := []string{masters[0].Options().Addr, masters[1].Options().Addr}
-		return goredis.NewClusterClient(&goredis.ClusterOptions{Addrs: addrs, ContextTimeoutEnabled: true})
+		return goredis.NewClusterClient(&goredis.ClusterOptions{Addrs: addrs, ContextTimeoutEnabled: true,
+			MaintNotificationsConfig: noMaintNotifications()})
 	}
 
 	t.Run("conformance, every change acknowledged by a replica", func(t *testing.T) {

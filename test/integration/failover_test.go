@@ -13,6 +13,7 @@ import (
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
 
 	"github.com/replayguard/replayguard/internal/testenv"
 	redisstore "github.com/replayguard/replayguard/store/redis"
@@ -329,7 +330,8 @@ func issueMany(t *testing.T, svc *token.Service, n int) []token.Issued {
 // admin returns a plain client to one server of the deployment.
 func admin(t *testing.T, addr string) *goredis.Client {
 	t.Helper()
-	c := goredis.NewClient(&goredis.Options{Addr: addr, ContextTimeoutEnabled: true, MaxRetries: -1})
+	c := goredis.NewClient(&goredis.Options{Addr: addr, ContextTimeoutEnabled: true, MaxRetries: -1,
+		MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}})
 	t.Cleanup(func() { _ = c.Close() })
 	return c
 }
