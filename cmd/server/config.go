@@ -55,20 +55,29 @@ type config struct {
 	RedisURL        *goredis.Options
 	RedisCluster    []string
 	RedisClusterURL *goredis.ClusterOptions
-	PostgresURL     string // checked by pgxpool.ParseConfig
-	KeyPrefix       string
-	StoreTimeout    time.Duration
-	MemoryMax       int
-	MemoryMaxBytes  int64
-	IssueRate       store.Limit
-	CORSOrigins     []string
-	TrustedProxies  []string
-	LogLevel        slog.Level
-	ShutdownTimeout time.Duration
+	// Sentinel: the sentinels, the master's name, and the credentials
+	// for the sentinels and for the master and replicas.
+	RedisSentinel         []string
+	RedisSentinelMaster   string
+	RedisSentinelPassword string
+	RedisUsername         string
+	RedisPassword         string
+	RedisMinReplicas      int
+	PostgresURL           string // checked by pgxpool.ParseConfig
+	KeyPrefix             string
+	StoreTimeout          time.Duration
+	MemoryMax             int
+	MemoryMaxBytes        int64
+	IssueRate             store.Limit
+	CORSOrigins           []string
+	TrustedProxies        []string
+	LogLevel              slog.Level
+	ShutdownTimeout       time.Duration
 }
 
 // storeSettings lists the store settings c has (Redis and PostgreSQL),
-// of which one at most may be set.
+// of which one at most may be set. Sentinel counts as one, named by
+// whichever of its addresses and master name are set.
 func storeSettings(c *config) []string {
 	var set []string
 	if c.PostgresURL != "" {
@@ -83,7 +92,40 @@ func storeSettings(c *config) []string {
 	if c.RedisClusterURL != nil {
 		set = append(set, "REPLAYGUARD_REDIS_CLUSTER_URL")
 	}
+	switch {
+	case len(c.RedisSentinel) > 0:
+		set = append(set, "REPLAYGUARD_REDIS_SENTINEL_ADDRS")
+	case c.RedisSentinelMaster != "":
+		set = append(set, "REPLAYGUARD_REDIS_SENTINEL_MASTER")
+	}
 	return set
+}
+
+// checkSentinel refuses a Sentinel setting without its pair, and the
+// Sentinel credentials without Sentinel: a single server's or a
+// cluster's password goes in its URL.
+func checkSentinel(c *config) error {
+	switch {
+	case len(c.RedisSentinel) > 0 && c.RedisSentinelMaster == "":
+		return errors.New("REPLAYGUARD_REDIS_SENTINEL_ADDRS is set but REPLAYGUARD_REDIS_SENTINEL_MASTER is not: name the master the sentinels monitor")
+	case c.RedisSentinelMaster != "" && len(c.RedisSentinel) == 0:
+		return errors.New("REPLAYGUARD_REDIS_SENTINEL_MASTER is set but REPLAYGUARD_REDIS_SENTINEL_ADDRS is not: list the sentinels as host:port")
+	case len(c.RedisSentinel) > 0:
+		return nil
+	}
+	for _, s := range []struct {
+		name string
+		set  bool
+	}{
+		{"REPLAYGUARD_REDIS_SENTINEL_PASSWORD", c.RedisSentinelPassword != ""},
+		{"REPLAYGUARD_REDIS_USERNAME", c.RedisUsername != ""},
+		{"REPLAYGUARD_REDIS_PASSWORD", c.RedisPassword != ""},
+	} {
+		if s.set {
+			return fmt.Errorf("%s is set but REPLAYGUARD_REDIS_SENTINEL_ADDRS is not: it is for Sentinel; give a single server's or a cluster's credentials in its URL", s.name)
+		}
+	}
+	return nil
 }
 
 // Defaults of the server's own settings; every other default is its
@@ -266,6 +308,33 @@ var settings = []setting{
 			c.PostgresURL = v
 			return nil
 		}},
+	{"REPLAYGUARD_REDIS_SENTINEL_ADDRS", "redis-sentinel-addrs", "", "comma-separated host:port of the Redis Sentinels that monitor the master", false,
+		func(c *config, v string) error {
+			c.RedisSentinel = splitList(v)
+			for _, a := range c.RedisSentinel {
+				if _, _, err := net.SplitHostPort(a); err != nil {
+					return fmt.Errorf("%q is not host:port", a)
+				}
+			}
+			return nil
+		}},
+	{"REPLAYGUARD_REDIS_SENTINEL_MASTER", "redis-sentinel-master", "", "name of the master the sentinels monitor", false,
+		func(c *config, v string) error { c.RedisSentinelMaster = v; return nil }},
+	{"REPLAYGUARD_REDIS_SENTINEL_PASSWORD", "redis-sentinel-password", "", "password of the sentinels (their requirepass)", true,
+		func(c *config, v string) error { c.RedisSentinelPassword = v; return nil }},
+	{"REPLAYGUARD_REDIS_USERNAME", "redis-username", "", "Redis ACL user on the Sentinel master and replicas; empty: default", false,
+		func(c *config, v string) error { c.RedisUsername = v; return nil }},
+	{"REPLAYGUARD_REDIS_PASSWORD", "redis-password", "", "password of the Sentinel master and replicas", true,
+		func(c *config, v string) error { c.RedisPassword = v; return nil }},
+	{"REPLAYGUARD_REDIS_MIN_REPLICAS", "redis-min-replicas", strconv.Itoa(redisstore.DefaultMinReplicas), "replicas that must acknowledge every change (WAIT) before it counts as done", false,
+		func(c *config, v string) error {
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 0 {
+				return errors.New("must be an integer of 0 or more")
+			}
+			c.RedisMinReplicas = n
+			return nil
+		}},
 	{"REPLAYGUARD_KEY_PREFIX", "key-prefix", redisstore.DefaultPrefix, "prefix of every Redis key", false,
 		func(c *config, v string) error {
 			if v == "" || strings.ContainsAny(v, "{}") {
@@ -371,8 +440,15 @@ func loadConfig(args []string, getenv func(string) string) (*config, error) {
 			return nil, fmt.Errorf("%s: %w", from, err)
 		}
 	}
-	if set := storeSettings(c); len(set) > 1 {
-		return nil, fmt.Errorf("%s are all set: choose one", strings.Join(set, " and "))
+	stores := storeSettings(c)
+	if len(stores) > 1 {
+		return nil, fmt.Errorf("%s are all set: choose one", strings.Join(stores, " and "))
+	}
+	if err := checkSentinel(c); err != nil {
+		return nil, err
+	}
+	if c.RedisMinReplicas > 0 && (len(stores) == 0 || c.PostgresURL != "") {
+		return nil, errors.New("REPLAYGUARD_REDIS_MIN_REPLICAS is above 0 but no Redis is set: the embedded memory store and PostgreSQL have no Redis replicas")
 	}
 	if c.TokenMaxTTL < token.MinTTL {
 		return nil, fmt.Errorf("REPLAYGUARD_TOKEN_MAX_TTL: must be at least %v", token.MinTTL)
@@ -430,6 +506,25 @@ func parseRate(v string) (store.Limit, error) {
 		return store.Limit{}, fmt.Errorf("%q is not N/s, N/m, N/h or 0", v)
 	}
 	return store.Limit{Rate: rate, Burst: rate, Period: periods[unit]}, nil
+}
+
+// failoverOptions are the Sentinel client's options for c: the store
+// timeout bounds every dial, read and write, as for the other Redis
+// settings.
+func (c *config) failoverOptions() *goredis.FailoverOptions {
+	t := c.StoreTimeout
+	return &goredis.FailoverOptions{
+		MasterName:            c.RedisSentinelMaster,
+		SentinelAddrs:         c.RedisSentinel,
+		SentinelPassword:      c.RedisSentinelPassword,
+		Username:              c.RedisUsername,
+		Password:              c.RedisPassword,
+		ContextTimeoutEnabled: true,
+		DialTimeout:           t,
+		ReadTimeout:           t,
+		WriteTimeout:          t,
+		PoolTimeout:           t,
+	}
 }
 
 // memoryOptions are the embedded store's options for c.

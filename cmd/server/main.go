@@ -1,8 +1,8 @@
 // Command server runs Replayguard as a standalone HTTP service.
 //
 // With no configuration it listens on :8080 with the embedded memory
-// store; REPLAYGUARD_REDIS_URL or REPLAYGUARD_REDIS_CLUSTER_ADDRS moves it
-// onto Redis. REPLAYGUARD_CLIENT_KEYS turns on POST /v1/signatures/verify
+// store; REPLAYGUARD_REDIS_URL, REPLAYGUARD_REDIS_CLUSTER_ADDRS (or _URL)
+// or REPLAYGUARD_REDIS_SENTINEL_ADDRS moves it onto Redis. REPLAYGUARD_CLIENT_KEYS turns on POST /v1/signatures/verify
 // for signed requests; SIGHUP re-reads that file. Run it with -h for every
 // flag; each mirrors a REPLAYGUARD_* environment variable (see README.md).
 package main
@@ -25,6 +25,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 	goredis "github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
 
 	"github.com/replayguard/replayguard/gateway"
 	"github.com/replayguard/replayguard/handlers"
@@ -327,6 +328,9 @@ func openStore(ctx context.Context, cfg *config, log *slog.Logger) (store.Store,
 		o := cfg.RedisURL
 		o.ContextTimeoutEnabled = true
 		o.DialTimeout, o.ReadTimeout, o.WriteTimeout, o.PoolTimeout = cfg.StoreTimeout, cfg.StoreTimeout, cfg.StoreTimeout, cfg.StoreTimeout
+		if cfg.RedisMinReplicas > 0 {
+			o.MaintNotificationsConfig = noMaintNotifications()
+		}
 		client = goredis.NewClient(o)
 		log.Info("store: redis", "addr", o.Addr, "db", o.DB, "tls", o.TLSConfig != nil)
 	case len(cfg.RedisCluster) > 0 || cfg.RedisClusterURL != nil:
@@ -337,16 +341,29 @@ func openStore(ctx context.Context, cfg *config, log *slog.Logger) (store.Store,
 		t := cfg.StoreTimeout
 		o.ContextTimeoutEnabled = true
 		o.DialTimeout, o.ReadTimeout, o.WriteTimeout, o.PoolTimeout = t, t, t, t
+		if cfg.RedisMinReplicas > 0 {
+			o.MaintNotificationsConfig = noMaintNotifications()
+		}
 		client = goredis.NewClusterClient(o)
 		log.Info("store: redis cluster", "seeds", o.Addrs, "tls", o.TLSConfig != nil)
 	case cfg.PostgresURL != "":
 		return openPostgres(ctx, cfg, log)
+	case len(cfg.RedisSentinel) > 0:
+		o := cfg.failoverOptions()
+		client = goredis.NewFailoverClient(o)
+		log.Info("store: redis sentinel", "sentinels", o.SentinelAddrs, "master", o.MasterName,
+			"sentinel_auth", o.SentinelPassword != "", "username", o.Username, "auth", o.Password != "")
 	default:
 		log.Warn("store: embedded memory: single instance only; tokens are lost on restart and not shared with other instances; set REPLAYGUARD_REDIS_URL or REPLAYGUARD_POSTGRES_URL to scale out",
 			"max_entries", cfg.MemoryMax, "max_bytes", cfg.MemoryMaxBytes)
 		return memory.New(cfg.memoryOptions()...), nil
 	}
-	st := redisstore.New(client, redisstore.WithPrefix(cfg.KeyPrefix), redisstore.WithTimeout(cfg.StoreTimeout))
+	st := redisstore.New(client, redisstore.WithPrefix(cfg.KeyPrefix), redisstore.WithTimeout(cfg.StoreTimeout),
+		redisstore.WithMinReplicas(cfg.RedisMinReplicas))
+	if cfg.RedisMinReplicas > 0 {
+		log.Info("store: every change waits for replicas (WAIT); it fails with 503 when fewer acknowledge it within the store timeout",
+			"min_replicas", cfg.RedisMinReplicas, "timeout", cfg.StoreTimeout.String())
+	}
 	if err := st.Ping(ctx); err != nil {
 		log.Warn("redis is not reachable at start; /readyz answers 503 and requests fail closed until it is", "error", err.Error())
 	}
@@ -395,6 +412,16 @@ const (
 	migrateTimeout = 30 * time.Second
 	migrateRetry   = 2 * time.Second
 )
+
+// noMaintNotifications turns off go-redis's maintenance notifications
+// (a Redis Enterprise feature), as redisstore.WithMinReplicas asks: the
+// store's pinned connections share their client's options, and in the
+// default auto mode the first connections rewrite them when the server
+// refuses the feature, a data race in go-redis v9.23. FailoverClients
+// never negotiate it.
+func noMaintNotifications() *maintnotifications.Config {
+	return &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
+}
 
 // redisLogger sends go-redis's internal messages to slog, so every line
 // the server writes is JSON.

@@ -5,15 +5,10 @@
 //
 // Each operation is one command, atomic on the server:
 //
-//   - PutToken is SET key value NX with an absolute expiry (EXAT, or PXAT
-//     for sub-second times) at expiresAt;
-//   - RedeemToken is one Lua script (redeem.lua) that compares purpose and
-//     subject and deletes the token only when both match and it has no
-//     live record;
-//   - RedeemRecord is one Lua script (redeem_record.lua) that answers from
-//     the token's live record, or compares the token and deletes it or
-//     opens a processing record beside it;
-//   - PutNonce is SET key 1 NX with an absolute expiry;
+//   - Put is SET key value NX PX ttl, for tokens and nonces alike;
+//   - Redeem is one Lua script (redeem.lua) that answers from the token's
+//     live record, or compares purpose and subject and then deletes the
+//     token or opens a processing record beside it;
 //   - Acquire is one Lua script (acquire.lua) that returns the live
 //     idempotency record under a key or, when there is none, opens a
 //     processing one, in one round trip;
@@ -21,6 +16,9 @@
 //     complete.lua, release.lua) that check the record's owner and state
 //     before moving its expiry, storing the response, or deleting it;
 //   - Allow is go-redis/redis_rate's GCRA script.
+//
+// With WithMinReplicas, a call that changed something sends WAIT on the
+// same connection afterwards (see Replication below).
 //
 // A token lives under prefix + "t:{" + id + "}" (see Store.TokenKey). The
 // braces are a Cluster hash tag: every key a script touches for one token
@@ -61,9 +59,16 @@
 //
 // The store owns the client it is given: Close closes it.
 //
+// # Replication
+//
 // Redis replicates asynchronously. If a primary fails over, writes it
 // acknowledged just before may be lost: a token redeemed in that window
-// can be redeemed once more, and one just issued can vanish. The window
-// is the replication lag, usually milliseconds; where even that matters,
-// prefer a single primary with appendfsync always over automatic failover.
+// can be redeemed once more, a recorded nonce accepted again, and a
+// token just issued can vanish. The window is the replication lag,
+// usually milliseconds. WithMinReplicas closes it for the replicas it
+// counts: a change is reported only once that many replicas have
+// acknowledged it (WAIT), and fails with ErrNotReplicated otherwise.
+// For Sentinel, give New a goredis.NewFailoverClient with
+// ContextTimeoutEnabled; for Cluster, a ClusterClient whose masters have
+// replicas.
 package redis

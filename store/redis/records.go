@@ -80,11 +80,20 @@ func (s *Store) Acquire(ctx context.Context, key, fingerprint, owner string, lea
 	if store.Reserved(key) {
 		return store.Record{}, false, fail("acquire", errors.New("the key is reserved for the store"))
 	}
-	v, err := acquire.Run(ctx, s.client, []string{s.recordKey(key)}, fingerprint, owner, millis(lease)).Slice()
+	rk := s.recordKey(key)
+	c, err := s.open(ctx, rk)
 	if err != nil {
 		return store.Record{}, false, fail("acquire", err)
 	}
+	defer c.close()
+	v, err := acquire.Run(ctx, c.w, []string{rk}, fingerprint, owner, millis(lease)).Slice()
+	if err != nil {
+		return store.Record{}, false, c.fail("acquire", err)
+	}
 	if len(v) == 1 && v[0] == int64(1) {
+		if err := s.confirm(ctx, "acquire", c); err != nil {
+			return store.Record{}, false, err
+		}
 		return store.Record{Fingerprint: fingerprint, Owner: owner}, true, nil
 	}
 	if len(v) != 5 || v[0] != int64(0) {
@@ -164,14 +173,22 @@ func (s *Store) runOwned(ctx context.Context, op string, script *goredis.Script,
 		return false, err
 	}
 	defer cancel()
-	n, err := script.Run(ctx, s.client, keys, append([]any{owner}, args...)...).Int64()
+	c, err := s.open(ctx, keys[0])
 	if err != nil {
 		return false, fail(op, err)
+	}
+	defer c.close()
+	n, err := script.Run(ctx, c.w, keys, append([]any{owner}, args...)...).Int64()
+	if err != nil {
+		return false, c.fail(op, err)
 	}
 	switch n {
 	case 0:
 		return false, nil
 	case 1:
+		if err := s.confirm(ctx, op, c); err != nil {
+			return false, err
+		}
 		return true, nil
 	}
 	return false, fail(op, fmt.Errorf("unexpected script reply %d", n))
@@ -199,9 +216,14 @@ func (s *Store) Redeem(ctx context.Context, id string, want store.Token, owner s
 	}
 	value, purpose := redeemArgs(want)
 	keys := []string{s.tokenKey(id), s.recordKey(store.TokenRecordKey(id))}
-	v, err := redeem.Run(ctx, s.client, keys, value, purpose, owner, millis(lease)).Slice()
+	c, err := s.open(ctx, keys[0])
 	if err != nil {
 		return 0, store.Record{}, fail("redeem", err)
+	}
+	defer c.close()
+	v, err := redeem.Run(ctx, c.w, keys, value, purpose, owner, millis(lease)).Slice()
+	if err != nil {
+		return 0, store.Record{}, c.fail("redeem", err)
 	}
 	if len(v) == 0 {
 		return 0, store.Record{}, unexpectedReply("redeem", v)
@@ -216,12 +238,19 @@ func (s *Store) Redeem(ctx context.Context, id string, want store.Token, owner s
 		return store.Recorded, rec, nil
 	case len(v) != 1:
 		return 0, store.Record{}, unexpectedReply("redeem", v)
-	case n == replyRedeemed && owner != "":
-		return store.Redeemed, store.Record{Fingerprint: want.Fingerprint(), Owner: owner}, nil
 	}
 	res, ok := redeemResult(n)
 	if !ok {
 		return 0, store.Record{}, unexpectedReply("redeem", v)
 	}
-	return res, store.Record{}, nil
+	if res != store.Redeemed {
+		return res, store.Record{}, nil
+	}
+	if err := s.confirm(ctx, "redeem", c); err != nil {
+		return 0, store.Record{}, err
+	}
+	if owner != "" {
+		return store.Redeemed, store.Record{Fingerprint: want.Fingerprint(), Owner: owner}, nil
+	}
+	return store.Redeemed, store.Record{}, nil
 }

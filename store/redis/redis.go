@@ -17,8 +17,18 @@ import (
 
 // Defaults for the options below.
 const (
-	DefaultPrefix  = "rg:"
-	DefaultTimeout = 500 * time.Millisecond
+	DefaultPrefix      = "rg:"
+	DefaultTimeout     = 500 * time.Millisecond
+	DefaultMinReplicas = 0
+)
+
+var (
+	// ErrNotReplicated is wrapped by the error of a change the master
+	// made but that fewer replicas than WithMinReplicas asks for
+	// acknowledged within the call's timeout (or whose WAIT failed).
+	// Whether the change survives a failover is unknown, as for any call
+	// whose reply was lost. It wraps store.ErrUnavailable.
+	ErrNotReplicated = fmt.Errorf("%w: change not acknowledged by enough replicas", store.ErrUnavailable)
 )
 
 // Replies of redeem.lua.
@@ -51,11 +61,13 @@ var (
 // Store is the Redis store. Create it with New; the zero value is not
 // usable. It is safe for concurrent use.
 type Store struct {
-	client  Client
-	limiter *redis_rate.Limiter
-	prefix  string
-	timeout time.Duration
-	closed  atomic.Bool
+	client      Client
+	writer      writer // client, as the writer of the calls that need no WAIT
+	limiter     *redis_rate.Limiter
+	prefix      string
+	timeout     time.Duration
+	minReplicas int
+	closed      atomic.Bool
 }
 
 var (
@@ -91,14 +103,71 @@ func WithTimeout(d time.Duration) Option {
 	}
 }
 
+// WithMinReplicas makes every change the store makes wait until n
+// replicas of the master that made it have acknowledged it, and fail
+// otherwise. A change is a Put that created, a Redeem that redeemed or
+// opened a record, an Acquire that acquired, and a Renew, Complete or
+// Release that returned true. After one, the store sends WAIT n on the
+// connection that made it (WAIT counts the replicas that have
+// acknowledged that connection's writes) with what is left of the
+// call's timeout, less a margin (half of it, 150ms at most, as Redis may
+// answer a timed-out WAIT up to 1000/hz ms late). When fewer than n
+// replicas acknowledged in that time, the call returns an error
+// wrapping ErrNotReplicated, and so store.ErrUnavailable, instead of
+// success.
+//
+// What it guarantees: every success the store reports is held in the
+// memory of n replicas as well as the master's, so a failover to one of
+// them (Sentinel promoting a replica, a Cluster replica taking over its
+// master's slots) cannot undo it: a redeemed token stays redeemed, a
+// recorded nonce stays recorded. What it does not: WAIT is not a
+// consensus. A replica that acknowledged and then fails too, or a
+// failover to a replica that had not acknowledged while another had, can
+// still lose a change; Redis' own min-replicas-to-write on the master
+// complements it. The store does not send WAITAOF (Redis 7.2), so
+// acknowledged means in the replica's memory, not on its disk.
+//
+// What it costs: a second round trip and the replication delay on every
+// change, and a connection held for the whole call (calls that change
+// nothing, such as refusals, are not slowed); and availability: while
+// fewer than n replicas are connected, every change fails after the full
+// timeout, although the master has made it, so a token so redeemed is
+// used up, unconfirmed, and an acquired key stays taken until its lease
+// ends. Allow (the rate limit) and Ping never wait.
+//
+// It needs a *goredis.Client (a single server, or Sentinel through
+// goredis.NewFailoverClient), whose Conn pins the connection, or a
+// *goredis.ClusterClient, where the WAIT goes to the master that holds
+// the key (MasterForKey); with any other client every change fails. A
+// Redis ACL user then needs +wait besides ACLCommands. Turn off the
+// client's maintenance notifications (MaintNotificationsConfig with
+// maintnotifications.ModeDisabled; FailoverClients always do): in
+// go-redis v9.23 a Conn shares its client's options but not their lock,
+// and in the default auto mode the first connections rewrite them when
+// the server refuses the feature, a data race.
+//
+// Defaults to DefaultMinReplicas (0): a change is acknowledged by the
+// master alone, with no extra command, and a failover may undo the last
+// ones. Recommended: 1 wherever Redis has replicas and automatic
+// failover and a redemption must survive it. n < 0 keeps the default.
+func WithMinReplicas(n int) Option {
+	return func(s *Store) {
+		if n >= 0 {
+			s.minReplicas = n
+		}
+	}
+}
+
 // New returns a Store that keeps its tokens in the Redis behind client.
 // The store takes ownership of client: Close closes it.
 func New(client Client, opts ...Option) *Store {
 	s := &Store{
-		client:  client,
-		limiter: redis_rate.NewLimiter(client),
-		prefix:  DefaultPrefix,
-		timeout: DefaultTimeout,
+		client:      client,
+		writer:      client,
+		limiter:     redis_rate.NewLimiter(client),
+		prefix:      DefaultPrefix,
+		timeout:     DefaultTimeout,
+		minReplicas: DefaultMinReplicas,
 	}
 	for _, o := range opts {
 		o(s)
@@ -176,14 +245,23 @@ func (s *Store) Put(ctx context.Context, key string, t store.Token, ttl time.Dur
 	case ttl <= 0:
 		return true, nil
 	}
-	err = s.client.SetArgs(ctx, s.putKey(key), encode(t), goredis.SetArgs{Mode: "NX", TTL: time.Duration(millis(ttl)) * time.Millisecond}).Err()
+	rk := s.putKey(key)
+	c, err := s.open(ctx, rk)
+	if err != nil {
+		return false, fail("put", err)
+	}
+	defer c.close()
+	err = c.w.SetArgs(ctx, rk, encode(t), goredis.SetArgs{Mode: "NX", TTL: time.Duration(millis(ttl)) * time.Millisecond}).Err()
 	switch {
 	case err == nil:
+		if err := s.confirm(ctx, "put", c); err != nil {
+			return false, err
+		}
 		return true, nil
 	case errors.Is(err, goredis.Nil):
 		return false, nil
 	}
-	return false, fail("put", err)
+	return false, c.fail("put", err)
 }
 
 // redeemArgs are the ARGV of redeem.lua for want: the expected stored
@@ -273,6 +351,7 @@ func (s *Store) Close() error {
 // scripts and go-redis/redis_rate's, as a Redis ACL rule. A Redis user for
 // Replayguard needs them, its keys (~<prefix>* ~rate:<prefix>*), +select
 // when the client's options name a database other than 0 (go-redis
-// selects it on every new connection) and, on a Cluster, +cluster|slots. The README quotes this rule, and a test runs the
-// conformance suite as a user that has exactly these.
+// selects it on every new connection), on a Cluster +cluster|slots, and
+// with WithMinReplicas +wait. The README quotes this rule, and tests run
+// the conformance suite as a user that has exactly these (and +wait).
 const ACLCommands = "+get +set +del +hmget +hset +pexpire +time +eval +evalsha +ping"

@@ -102,9 +102,10 @@ func newMiniredis(t *testing.T, opts ...redis.Option) (*redis.Store, *miniredis.
 const loadedTimeout = 5 * time.Second
 
 // realInstance wraps a store on a real server. The server's clock is the
-// real one: Now is time.Now and Advance sleeps.
-func realInstance(t *testing.T, client goredis.UniversalClient) (*redis.Store, storetest.Instance) {
-	s := redis.New(client, redis.WithPrefix(uniquePrefix(t)), redis.WithTimeout(loadedTimeout))
+// real one: Now is time.Now and Advance sleeps. opts come after the
+// prefix and timeout.
+func realInstance(t *testing.T, client goredis.UniversalClient, opts ...redis.Option) (*redis.Store, storetest.Instance) {
+	s := redis.New(client, append([]redis.Option{redis.WithPrefix(uniquePrefix(t)), redis.WithTimeout(loadedTimeout)}, opts...)...)
 	return s, storetest.Instance{
 		Store: s, Limiter: s, Now: time.Now, Advance: time.Sleep,
 		TTL: pttl(t, client, s.TokenKey), RecordTTL: pttl(t, client, s.RecordKey),

@@ -14,8 +14,13 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+)
 
-	"github.com/replayguard/replayguard/idempotency"
+// The Idempotency-Key draft's headers, spelled out here so that the load
+// program builds against older commits too (REV=… in run.sh).
+const (
+	idempotencyKey = "Idempotency-Key"
+	replayedHeader = "Idempotent-Replayed"
 )
 
 // gatewayMode is one mode of the gateway benchmark (gateway.sh). Every
@@ -82,7 +87,7 @@ func keyHeader(key string) string {
 	if key == "" {
 		return ""
 	}
-	return idempotency.KeyHeader
+	return idempotencyKey
 }
 
 // prepareGateway gives the run an ID that makes its keys and bodies its
@@ -124,12 +129,12 @@ func checkOrder(status int, h http.Header, body []byte, want *repeat) error {
 	if loc == "" {
 		return fmt.Errorf("201 without a Location: %s", truncate(body))
 	}
-	replayed := h.Get(idempotency.ReplayedHeader)
+	replayed := h.Get(replayedHeader)
 	switch {
 	case want == nil && replayed != "":
-		return fmt.Errorf("a new request was answered as a replay (%s: %q, Location %s)", idempotency.ReplayedHeader, replayed, loc)
+		return fmt.Errorf("a new request was answered as a replay (%s: %q, Location %s)", replayedHeader, replayed, loc)
 	case want != nil && replayed != "true":
-		return fmt.Errorf("a repeated request ran again instead of being replayed (%s: %q, Location %s, first answer's %s)", idempotency.ReplayedHeader, replayed, loc, want.location)
+		return fmt.Errorf("a repeated request ran again instead of being replayed (%s: %q, Location %s, first answer's %s)", replayedHeader, replayed, loc, want.location)
 	case want != nil && (loc != want.location || !bytes.Equal(body, want.answer)):
 		return fmt.Errorf("the replay differs from the first answer: Location %s, %s; want %s, %s", loc, truncate(body), want.location, truncate(want.answer))
 	}
@@ -152,7 +157,7 @@ func (r *runner) gatewayLoop(ctx context.Context, t *tally) {
 		if !ok {
 			continue
 		}
-		if h.Get(idempotency.ReplayedHeader) == "true" {
+		if h.Get(replayedHeader) == "true" {
 			t.replayed++
 		}
 		if err := checkOrder(st, h, answer, want); err != nil {
