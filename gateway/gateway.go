@@ -675,8 +675,9 @@ var idempotencyHeaders = []string{"Idempotency-Key", "X-Idempotency-Key"}
 //   - when nothing of it was written to the connection (the app closed
 //     the idle connection just as the request went out), if its body is
 //     empty or can be had again with GetBody. The app never saw it, so
-//     this retry is kept: GetBody stays (IdempotencyGuard, the signature
-//     policy and the token policy's read bodies set it), and a body
+//     this retry is kept: GetBody stays (the bodies guard's middlewares
+//     read set it: the idempotency, signature, webhook and token
+//     policies'), and a body
 //     streamed from the client gets one that works while none of the body
 //     has been read (unreadBody), as is the case then: the Transport
 //     sends the headers of such a body before reading it.

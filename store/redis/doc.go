@@ -20,26 +20,29 @@
 // With WithMinReplicas, a call that changed something sends WAIT on the
 // same connection afterwards (see Replication below).
 //
-// A token lives under prefix + "t:{" + id + "}" (see Store.TokenKey). The
-// braces are a Cluster hash tag: every key a script touches for one token
-// shares its slot. Its value is purpose + "\n" + subject.
+// A token lives under prefix + "t:{" + id + "}". The braces are a Cluster
+// hash tag: every key a script touches for one token shares its slot. Its
+// value is purpose + "\n" + subject. A nonce (store.NonceKey) lives under
+// prefix + "n:" + len(scope) + ":" + scope + ":" + nonce.
 //
-// An idempotency record lives under prefix + "r:{" + key + "}" (see
-// Store.RecordKey), and a token's own record (store.TokenRecordKey) under
-// prefix + "r:{" + id + "}t", in the token's slot. It is a hash: s is "p"
-// while processing and "c" once completed, f the fingerprint, o the owner
-// and r the response bytes. It expires with its lease (PEXPIREAT), and
-// once completed at the end of its retention, which replaces the lease.
+// An idempotency record lives under prefix + "r:{" + key + "}", and a
+// token's own record (store.TokenRecordKey) under prefix + "r:{" + id +
+// "}t", in the token's slot. It is a hash: s is "p" while processing and
+// "c" once completed, f the fingerprint, o the owner and r the response
+// bytes. It expires with its lease (PEXPIRE), and once completed at the
+// end of its retention, which replaces the lease.
 //
 // # Clocks
 //
-// Token, nonce and record expiry and rate limits run on the Redis server's
-// clock. A token expires at the absolute time its issuer chose (EXAT/PXAT),
-// and a record at the end of its lease or retention (PEXPIREAT), so skew
-// between the application's and the server's clocks lengthens or shortens
-// their life by that skew: keep both synchronised (NTP). An expiry time that
-// has already passed by the store's clock stores no token or nonce; for a
-// record the server decides, and deletes it at once.
+// Every expiry is a duration from the moment Redis carries the command
+// out, counted on the Redis server's clock: tokens and nonces are set with
+// a relative TTL (SET NX PX), records get theirs with PEXPIRE, and rate
+// limits run on the server's clock too. The application's clock never
+// decides how long anything lives, so skew between an instance's and the
+// server's clocks can neither shorten a nonce's retention (letting a
+// replay through) nor change how long a stored token lives. Durations are sent in
+// whole milliseconds, rounded up; one <= 0 stores no token or nonce, and
+// deletes a record at once.
 //
 // # Failure
 //
