@@ -110,8 +110,8 @@ type Result struct {
 	KeyID string
 	// Label is the key's label from the keys file.
 	Label string
-	// Created is the signature's created parameter, in UTC; the zero
-	// Time when absent (possible only with UnsafeSkipPolicyForTests).
+	// Created is the signature's created parameter, in UTC (the policy
+	// requires it; only this package's tests skip the policy).
 	Created time.Time
 	// Nonce is the signature's nonce parameter.
 	Nonce string
@@ -144,7 +144,7 @@ type settings struct {
 	window    time.Duration
 	notBefore time.Time
 	required  []string
-	unsafe    bool
+	unsafe    bool // skip the policy: the tests' UnsafeSkipPolicyForTests
 
 	// Signer
 	nonce      func() (string, error)
@@ -211,16 +211,6 @@ func WithRequired(components ...string) Option {
 		}
 	}
 }
-
-// UnsafeSkipPolicyForTests turns off the policy: created and nonce are
-// not required, neither are any components (DefaultRequired, WithRequired,
-// content-digest), the window, expires and WithNotBefore are ignored and
-// no nonce is recorded (the store is never called). Still checked: the
-// syntax, a known keyid, alg, parameter types, a covered Content-Digest
-// against the body, and the signature. It exists so that the RFC 9421
-// test vectors (no nonce, created in 2021) can be verified; never use it
-// in production.
-func UnsafeSkipPolicyForTests() Option { return func(s *settings) { s.unsafe = true } }
 
 // NewVerifier returns a Verifier that finds keys in keys and records
 // nonces in st.
