@@ -100,6 +100,7 @@ type apiEnv struct {
 	svc     *token.Service
 	m       *metrics.Metrics
 	keeper  *idempotency.Keeper
+	now     func() time.Time // the clock of svc and keeper
 	advance func(time.Duration)
 }
 
@@ -116,7 +117,7 @@ func newAPIEnv(t *testing.T, open func(t *testing.T) (store.Store, func() time.T
 	}
 	srv := httptest.NewServer(e)
 	t.Cleanup(srv.Close)
-	return apiEnv{t: t, srv: srv, svc: svc, m: m, keeper: k, advance: advance}
+	return apiEnv{t: t, srv: srv, svc: svc, m: m, keeper: k, now: now, advance: advance}
 }
 
 // apiAnswer is a decoded answer of the API.
@@ -374,7 +375,7 @@ func TestAPITokenRecords(t *testing.T) {
 func TestAPITokenRecordsReplayIsExact(t *testing.T) {
 	e := newAPIEnv(t, apiStores[0].open, nil)
 	is := e.issue("checkout", 0)
-	before := e.keeper.Now()
+	before := e.now()
 	got := e.post("/v1/tokens/redeem", map[string]any{"token": is.Token, "purpose": "checkout", "record": true}, false)
 	var opened struct {
 		LeaseExpiresAt time.Time `json:"lease_expires_at"`
@@ -383,7 +384,7 @@ func TestAPITokenRecordsReplayIsExact(t *testing.T) {
 		t.Fatalf("redeem: %d %s", got.status, got.raw)
 	}
 	// The lease end told is whole seconds, never past the record's lease.
-	if lo, hi := before.Add(e.keeper.LockTTL()-time.Second), e.keeper.Now().Add(e.keeper.LockTTL()); opened.LeaseExpiresAt.Before(lo) || opened.LeaseExpiresAt.After(hi) {
+	if lo, hi := before.Add(e.keeper.LockTTL()-time.Second), e.now().Add(e.keeper.LockTTL()); opened.LeaseExpiresAt.Before(lo) || opened.LeaseExpiresAt.After(hi) {
 		t.Fatalf("lease_expires_at = %v, want within [%v, %v]", opened.LeaseExpiresAt, lo, hi)
 	}
 	body := []byte{0, 1, 2, 0xfe, 0xff, 'o', 'k'}

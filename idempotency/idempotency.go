@@ -187,10 +187,6 @@ func (k *Keeper) MaxBody() int { return k.maxBody }
 // LockTTL returns the lease of a processing record.
 func (k *Keeper) LockTTL() time.Duration { return k.lockTTL }
 
-// Now returns the time on the Keeper's clock (WithClock), from which its
-// leases and retentions run.
-func (k *Keeper) Now() time.Time { return k.now() }
-
 // Retention returns how long a completed record is kept.
 func (k *Keeper) Retention() time.Duration { return k.retention }
 
@@ -223,7 +219,6 @@ type Run struct {
 	onLost  func()
 	stop    chan struct{}
 	done    chan struct{}
-	lost    chan struct{}
 	endOnce sync.Once
 }
 
@@ -298,7 +293,7 @@ func (k *Keeper) detachedRun(key, owner string, expires time.Time, notHeld error
 	close(done)
 	return &Run{
 		k: k, key: key, owner: owner, expires: expires, notHeld: notHeld,
-		stop: make(chan struct{}), done: done, lost: make(chan struct{}),
+		stop: make(chan struct{}), done: done,
 	}
 }
 
@@ -337,7 +332,6 @@ func (r *Run) heartbeat() {
 		ok, err := r.k.store.Renew(ctx, r.key, r.owner, r.k.lockTTL)
 		cancel()
 		if err == nil && !ok {
-			close(r.lost)
 			if r.onLost != nil {
 				r.onLost()
 			}
@@ -345,11 +339,6 @@ func (r *Run) heartbeat() {
 		}
 	}
 }
-
-// Lost returns a channel that is closed when the heartbeat finds the
-// lease lost (expired or taken over): another execution may be running,
-// and Complete will fail with ErrLeaseLost.
-func (r *Run) Lost() <-chan struct{} { return r.lost }
 
 // end stops the heartbeat and waits for it; it is safe to call twice.
 func (r *Run) end() {
