@@ -2,6 +2,10 @@ package memory
 
 import "time"
 
+// Len returns how many entries the store holds, counting expired entries
+// the janitor has not removed yet (Usage().Entries, as an int).
+func (s *Store) Len() int { return int(s.all.n.Load()) }
+
 // TTL returns how long the live entry under key has left, and false when
 // there is none.
 func (s *Store) TTL(key string) (time.Duration, bool) {

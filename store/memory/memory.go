@@ -634,10 +634,6 @@ func (s *Store) Release(ctx context.Context, key, owner string) (bool, error) {
 	})
 }
 
-// Len returns how many entries the store holds, counting expired entries
-// the janitor has not removed yet.
-func (s *Store) Len() int { return int(s.all.n.Load()) }
-
 // Usage implements store.Usager: what the store holds against its bounds.
 // Expired entries the janitor has not removed yet still count.
 func (s *Store) Usage() store.Usage {
