@@ -81,6 +81,8 @@
 //
 // # Example
 //
+// Example runs this in front of a test app, with its routes inline:
+//
 //	routes, err := gateway.LoadRoutes("routes.yaml")
 //	if err != nil {
 //		return err

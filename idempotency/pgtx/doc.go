@@ -21,7 +21,7 @@
 // guard.Gin) with the rules of guard.Idempotent for keys, scopes and
 // fingerprints: it opens the transaction, claims the request's key, gives
 // the handler the transaction in the request context, and records the
-// response before it commits.
+// response before it commits (ExampleIdempotent):
 //
 //	orders := pgtx.Idempotent(pgtx.Pool(pool))
 //	mux.Handle("POST /orders", orders(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -44,7 +44,12 @@
 //
 // Do is the same for a function: a queue consumer passes the message ID
 // as the key, and a redelivered message commits nothing new. Its function
-// returns an error wrapping Undo to record a refusal and undo its writes.
+// returns an error wrapping Undo to record a refusal and undo its writes
+// (ExampleDo).
+//
+// The examples need a PostgreSQL database, so they have no Output line:
+// go test compiles them without running them. The package's tests run the
+// same code against a real server (REPLAYGUARD_TEST_POSTGRES_URL).
 //
 // # Tokens
 //
