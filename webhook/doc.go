@@ -42,7 +42,8 @@
 //		})))
 //
 // A service that sends Standard Webhooks signs each delivery with a
-// Signer, keeping the ID across redeliveries:
+// Signer, keeping the ID across redeliveries (package guard's
+// ExampleRequireWebhook runs a receiver and this sender together):
 //
 //	secret, _ := webhook.GenerateSecret() // give it to the receiver once
 //	signer, err := webhook.NewSigner([]string{secret})
