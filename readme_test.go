@@ -127,6 +127,8 @@ func readmeGo(t *testing.T) (blocks []readmeBlock, prose map[int]string) {
 	return blocks, prose
 }
 
+var quoted = regexp.MustCompile(`"([^"]+)"`)
+
 // source turns a block into a file of package readme: its import
 // declaration and the functions it declares at the left margin stay at
 // top level, every other line becomes the body of a function, and a line
@@ -148,7 +150,7 @@ func (b readmeBlock) source() string {
 			top = &funcs
 		}
 		if top == &imports {
-			if m := regexp.MustCompile(`"([^"]+)"`).FindStringSubmatch(line); m != nil {
+			if m := quoted.FindStringSubmatch(line); m != nil {
 				own[m[1]] = true
 			}
 		}
