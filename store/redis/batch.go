@@ -19,12 +19,13 @@ type pipeliner interface {
 
 // batch coalesces the commands that concurrent calls send at the same
 // moment into one pipeline: one write and one read on each side for all
-// of them instead of one each. There is no timer. A call queues its
-// command; when fewer than flushers pipelines are in flight, it starts
-// one, which takes every command queued by then, sends them (a lone
-// command on its own, as Process would), and goes on with whatever was
-// queued meanwhile until the queue is empty. So a lone call pays no
-// added wait, and under load the calls that arrive while a pipeline is
+// of them instead of one each. There is no timer. A call that finds no
+// command queued and fewer than flushers sends in flight sends its own at
+// once, as Process would: a lone call pays nothing. Otherwise it queues
+// its command, and starts a flush when fewer than flushers sends are in
+// flight; a flush takes every command queued by then, sends them as one
+// pipeline, and goes on with whatever was queued meanwhile until the
+// queue is empty. So under load the calls that arrive while a send is
 // in flight share the next one.
 //
 // Each call keeps its own deadline and its own error: it waits for its
@@ -62,14 +63,26 @@ func newBatch(c pipeliner, flushers int) *batch {
 	return &batch{client: c, flushers: max(flushers, 1)}
 }
 
-// do sends cmd in the next pipeline and waits until its reply has been
-// read or ctx ends. In the latter case it returns ctx's error and never
-// touches cmd again (a pipeline may still be writing it): the command
-// was then either never sent or its outcome is unknown.
+// do sends cmd and waits until its reply has been read or ctx ends. In
+// the latter case it returns ctx's error and never touches cmd again (a
+// pipeline may still be writing it): the command was then either never
+// sent or its outcome is unknown.
+//
+// A call that finds nothing queued and a pipeline free sends its command
+// itself, under its own context, as Process would; the others queue
+// theirs for the pipelines.
 func (b *batch) do(ctx context.Context, cmd goredis.Cmder) error {
+	b.mu.Lock()
+	if len(b.queue) == 0 && b.running < b.flushers {
+		b.running++
+		b.mu.Unlock()
+		_ = b.client.Process(ctx, cmd) // its outcome is cmd's
+		b.mu.Lock()
+		b.handOn()
+		return nil
+	}
 	w := &waiter{cmd: cmd, done: make(chan struct{})}
 	w.deadline, _ = ctx.Deadline()
-	b.mu.Lock()
 	b.queue = append(b.queue, w)
 	start := b.running < b.flushers
 	if start {
@@ -88,16 +101,23 @@ func (b *batch) do(ctx context.Context, cmd goredis.Cmder) error {
 	}
 }
 
+// handOn ends a send, with b.mu held, and unlocks it: what was queued
+// meanwhile goes on in a flush of its own.
+func (b *batch) handOn() {
+	if len(b.queue) > 0 {
+		b.mu.Unlock()
+		go b.flush()
+		return
+	}
+	b.running--
+	b.mu.Unlock()
+}
+
 // flush sends pipelines until the queue is empty.
 func (b *batch) flush() {
-	for {
-		b.mu.Lock()
+	b.mu.Lock()
+	for len(b.queue) > 0 {
 		q := b.queue
-		if len(q) == 0 {
-			b.running--
-			b.mu.Unlock()
-			return
-		}
 		b.queue, b.spare = b.spare[:0], nil
 		b.mu.Unlock()
 		b.send(q)
@@ -106,8 +126,9 @@ func (b *batch) flush() {
 		if b.spare == nil {
 			b.spare = q[:0]
 		}
-		b.mu.Unlock()
 	}
+	b.running--
+	b.mu.Unlock()
 }
 
 // send sends the live commands of q as one pipeline and wakes their calls.
