@@ -20,6 +20,7 @@ const (
 	DefaultPrefix      = "rg:"
 	DefaultTimeout     = 500 * time.Millisecond
 	DefaultMinReplicas = 0
+	DefaultPipelines   = 2
 )
 
 var (
@@ -67,6 +68,7 @@ type Store struct {
 	prefix      string
 	timeout     time.Duration
 	minReplicas int
+	pipelines   int
 	closed      atomic.Bool
 }
 
@@ -158,19 +160,54 @@ func WithMinReplicas(n int) Option {
 	}
 }
 
+// WithPipelining sends the commands that concurrent calls make at the
+// same moment together, as one pipeline, with up to n pipelines in flight
+// at once: while they are, the calls that arrive queue their commands,
+// and the next pipeline takes every command queued by then. There is no
+// timer: a lone call's command leaves at once, on its own. Each call
+// keeps its deadline (it waits for its own reply or its context, and a
+// command whose call gave up before a pipeline took it is never sent)
+// and its error: a pipeline that fails fails every call whose reply it
+// did not read with store.ErrUnavailable. On a Cluster, go-redis splits
+// each pipeline by node.
+//
+// What it buys: one write and one read system call on each side for a
+// whole pipeline instead of one per command, which on a busy server is
+// most of a command's cost (BENCHMARKS.md). Defaults to
+// DefaultPipelines (2; recommended). n = 0 sends each command on its own
+// pooled connection; n < 0 keeps the default. With WithMinReplicas, whose
+// WAIT must follow its change on the same connection, commands are never
+// pipelined. A client without Pipelined (not a Client, ClusterClient or
+// Ring) is never pipelined either.
+func WithPipelining(n int) Option {
+	return func(s *Store) {
+		if n >= 0 {
+			s.pipelines = n
+		}
+	}
+}
+
 // New returns a Store that keeps its tokens in the Redis behind client.
 // The store takes ownership of client: Close closes it.
 func New(client Client, opts ...Option) *Store {
 	s := &Store{
 		client:      client,
 		writer:      client,
-		limiter:     redis_rate.NewLimiter(client),
 		prefix:      DefaultPrefix,
 		timeout:     DefaultTimeout,
 		minReplicas: DefaultMinReplicas,
+		pipelines:   DefaultPipelines,
 	}
 	for _, o := range opts {
 		o(s)
+	}
+	p, ok := client.(pipeliner)
+	if ok && s.pipelines > 0 && s.minReplicas == 0 {
+		bw := batchWriter{b: newBatch(p, s.pipelines), client: client}
+		s.writer = bw
+		s.limiter = redis_rate.NewLimiter(bw)
+	} else {
+		s.limiter = redis_rate.NewLimiter(client)
 	}
 	return s
 }

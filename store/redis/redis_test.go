@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math"
 	"net"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -664,4 +665,49 @@ func BenchmarkPut(b *testing.B) {
 		}
 	})
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "puts/s")
+}
+
+// BenchmarkPipelining runs issue-and-redeem pairs (a Put, then a Redeem
+// of the token it stored) from 1 and from 64 goroutines, with the
+// commands of concurrent calls sent one by one (pipelines=0) or
+// coalesced into pipelines (WithPipelining). At 1 goroutine it shows
+// what coalescing costs a lone call; at 64, what it saves.
+func BenchmarkPipelining(b *testing.B) {
+	tok := store.Token{Purpose: "default", Subject: "bench"}
+	for _, conns := range []int{1, 64} {
+		for _, n := range []int{0, 1, 2, 4} {
+			b.Run(fmt.Sprintf("goroutines=%d/pipelines=%d", conns, n), func(b *testing.B) {
+				s := redis.New(newRedisClient(b), redis.WithPrefix(uniquePrefix(b)), redis.WithPipelining(n))
+				defer s.Close()
+				ctx := context.Background()
+				pair := func() bool {
+					id := storetest.ID()
+					if created, err := s.Put(ctx, id, tok, time.Minute); err != nil || !created {
+						b.Errorf("put %s = %v, %v", id, created, err)
+						return false
+					}
+					if res, _, err := s.Redeem(ctx, id, tok, "", 0); err != nil || res != store.Redeemed {
+						b.Errorf("redeem %s = %v, %v", id, res, err)
+						return false
+					}
+					return true
+				}
+				b.ResetTimer()
+				if conns == 1 {
+					for range b.N {
+						if !pair() {
+							return
+						}
+					}
+				} else {
+					b.SetParallelism(max(conns/runtime.GOMAXPROCS(0), 1))
+					b.RunParallel(func(pb *testing.PB) {
+						for pb.Next() && pair() {
+						}
+					})
+				}
+				b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "pairs/s")
+			})
+		}
+	}
 }
