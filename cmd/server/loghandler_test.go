@@ -1,0 +1,108 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"math"
+	"testing"
+	"time"
+)
+
+// TestFastJSONHandlerWritesWhatJSONHandlerWrites logs the same records
+// through both handlers and compares the bytes.
+func TestFastJSONHandlerWritesWhatJSONHandlerWrites(t *testing.T) {
+	at := time.Date(2026, 11, 28, 10, 0, 0, 123456789, time.FixedZone("x", 3600)) // formatting only
+	cases := []struct {
+		name  string
+		level slog.Level
+		msg   string
+		attrs []slog.Attr
+	}{
+		{"a request line", slog.LevelInfo, "request", []slog.Attr{
+			slog.String("request_id", "0123abcd"), slog.String("method", "POST"), slog.String("path", "/v1/tokens/redeem"),
+			slog.Int("status", 200), slog.Float64("duration_ms", 0.123), slog.String("client_ip", "127.0.0.1"), slog.Int("bytes", 57),
+		}},
+		{"an error line", slog.LevelError, "request", []slog.Attr{slog.Int("status", 503), slog.String("error", "store: unavailable: redis: dial tcp 127.0.0.1:1: connect: connection refused")}},
+		{"strings that need escaping", slog.LevelWarn, "quote \" backslash \\ <html> & \u2028 \u2029 \x00 \x1f \x7f \t\r\n", []slog.Attr{
+			slog.String("k\"ey", "\xff invalid \xc3 utf-8 é 日本 🙂"), slog.String("", "empty key"),
+		}},
+		{"floats as encoding/json writes them", slog.LevelDebug, "floats", []slog.Attr{
+			slog.Float64("zero", 0), slog.Float64("neg", -1.5), slog.Float64("tiny", 1e-7), slog.Float64("small", 0.000001),
+			slog.Float64("big", 1e21), slog.Float64("bigger", 1.234e300), slog.Float64("int", 42), slog.Float64("third", 1.0/3),
+		}},
+		{"other kinds", slog.LevelInfo, "kinds", []slog.Attr{
+			slog.Int64("min", math.MinInt64), slog.Uint64("max", math.MaxUint64), slog.Bool("t", true), slog.Bool("f", false),
+			slog.Duration("d", 1500*time.Millisecond), slog.Time("at", at), {},
+		}},
+		{"kinds left to JSONHandler", slog.LevelInfo, "fallback", []slog.Attr{
+			slog.Any("err", errors.New("boom")), slog.Group("g", slog.Int("a", 1)), slog.Float64("nan", math.NaN()),
+			slog.Any("list", []int{1, 2}), slog.Time("far", time.Date(10001, 1, 1, 0, 0, 0, 0, time.UTC)),
+		}},
+		{"no attributes", slog.LevelInfo, "replayguard started", nil},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			for _, when := range []time.Time{at, {}} {
+				var want, got bytes.Buffer
+				r := slog.NewRecord(when, tc.level, tc.msg, 0)
+				r.AddAttrs(tc.attrs...)
+				if err := slog.NewJSONHandler(&want, &slog.HandlerOptions{Level: slog.LevelDebug}).Handle(context.Background(), r); err != nil {
+					t.Fatal(err)
+				}
+				if err := newFastJSONHandler(&got, slog.LevelDebug).Handle(context.Background(), r); err != nil {
+					t.Fatal(err)
+				}
+				if got.String() != want.String() {
+					t.Errorf("fast handler wrote\n%s\nJSONHandler writes\n%s", got.String(), want.String())
+				}
+			}
+		})
+	}
+}
+
+func TestFastJSONHandlerLevelAndDerivedLoggers(t *testing.T) {
+	var buf bytes.Buffer
+	log := slog.New(newFastJSONHandler(&buf, slog.LevelWarn))
+	log.Info("dropped")
+	log.With("component", "x").Warn("kept", "n", 1)
+	log.WithGroup("g").Error("grouped", "n", 2)
+	want := []string{`"msg":"kept","component":"x","n":1}`, `"msg":"grouped","g":{"n":2}}`}
+	out := buf.String()
+	if bytes.Contains(buf.Bytes(), []byte("dropped")) {
+		t.Errorf("an info line passed a warn level:\n%s", out)
+	}
+	for _, w := range want {
+		if !bytes.Contains(buf.Bytes(), []byte(w)) {
+			t.Errorf("output lacks %s:\n%s", w, out)
+		}
+	}
+}
+
+func BenchmarkRequestLine(b *testing.B) {
+	attrs := []slog.Attr{
+		slog.String("request_id", "0123abcd0123abcd"), slog.String("method", "POST"), slog.String("path", "/v1/tokens/redeem"),
+		slog.Int("status", 200), slog.Float64("duration_ms", 0.123), slog.String("client_ip", "127.0.0.1"), slog.Int("bytes", 57),
+	}
+	for _, h := range []struct {
+		name string
+		h    slog.Handler
+	}{
+		{"slog.JSONHandler", slog.NewJSONHandler(discard{}, nil)},
+		{"fastJSONHandler", newFastJSONHandler(discard{}, nil)},
+	} {
+		b.Run(h.name, func(b *testing.B) {
+			log := slog.New(h.h)
+			ctx := context.Background()
+			b.ReportAllocs()
+			for range b.N {
+				log.LogAttrs(ctx, slog.LevelInfo, "request", attrs...)
+			}
+		})
+	}
+}
+
+type discard struct{}
+
+func (discard) Write(p []byte) (int, error) { return len(p), nil }
