@@ -424,9 +424,14 @@ func noMaintNotifications() *maintnotifications.Config {
 }
 
 // redisLogger sends go-redis's internal messages to slog, so every line
-// the server writes is JSON.
+// the server writes is JSON. Each message says "redis: " once: many of
+// go-redis's already begin with it, the others ("sentinel: …") get it.
 type redisLogger struct{ log *slog.Logger }
 
 func (l redisLogger) Printf(ctx context.Context, format string, v ...any) {
-	l.log.WarnContext(ctx, "redis: "+fmt.Sprintf(format, v...))
+	msg := fmt.Sprintf(format, v...)
+	if !strings.HasPrefix(msg, "redis: ") {
+		msg = "redis: " + msg
+	}
+	l.log.WarnContext(ctx, msg)
 }
