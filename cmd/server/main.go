@@ -1,7 +1,8 @@
 // Command server runs Replayguard as a standalone HTTP service.
 //
-// With no configuration it listens on :8080 with the embedded memory
-// store; REPLAYGUARD_REDIS_URL, REPLAYGUARD_REDIS_CLUSTER_ADDRS (or _URL)
+// With no configuration it listens on 127.0.0.1:8080 (loopback only:
+// without signing or API keys it is a development server) with the
+// embedded memory store; REPLAYGUARD_REDIS_URL, REPLAYGUARD_REDIS_CLUSTER_ADDRS (or _URL)
 // or REPLAYGUARD_REDIS_SENTINEL_ADDRS moves it onto Redis. REPLAYGUARD_CLIENT_KEYS turns on POST /v1/signatures/verify
 // for signed requests; SIGHUP re-reads that file. Run it with -h for every
 // flag; each mirrors a REPLAYGUARD_* environment variable (see README.md).
@@ -42,16 +43,37 @@ import (
 )
 
 func main() {
+	os.Exit(command(os.Args[1:], os.Getenv, os.Stdout, os.Stderr))
+}
+
+// command runs the command line args and returns the exit code: 0, 1
+// when the server stops on an error (logged as JSON on stdout), 2 for a
+// command line that does not parse (with the usage on stderr); -h
+// prints the usage on stdout. -healthcheck probes a running server.
+func command(args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+	cl, err := parseFlags(args)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		printUsage(stdout)
+		return 0
+	case err != nil:
+		fmt.Fprintf(stderr, "replayguard: %v\n\n", err)
+		printUsage(stderr)
+		return 2
+	case cl.healthcheck:
+		addr, ok := cl.set["addr"]
+		if !ok {
+			addr = getenv("REPLAYGUARD_ADDR")
+		}
+		return healthcheck(context.Background(), addr, stdout, stderr)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, nil)
-	if errors.Is(err, flag.ErrHelp) {
-		os.Exit(0)
+	if err := run(ctx, args, getenv, stdout, nil); err != nil {
+		slog.New(slog.NewJSONHandler(stdout, nil)).Error("replayguard stopped", "error", err.Error())
+		return 1
 	}
-	if err != nil {
-		slog.New(slog.NewJSONHandler(os.Stdout, nil)).Error("replayguard stopped", "error", err.Error())
-		os.Exit(1)
-	}
+	return 0
 }
 
 // run starts the server and blocks until ctx ends, then drains in-flight
@@ -192,7 +214,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, out io.
 	}
 	srv := newServer(engine, upstreamTimeout)
 	srv.ErrorLog = slog.NewLogLogger(log.Handler(), slog.LevelWarn)
-	log.Info("replayguard listening", "addr", ln.Addr().String(), "signing_kid", svc.SigningKeyID())
+	if cfg.LoopbackOnly {
+		log.Info("replayguard listening", "addr", ln.Addr().String(), "signing_kid", svc.SigningKeyID(), "loopback_only", true,
+			"why", "no signing keys and no API keys (the development setup): listening on loopback only; set REPLAYGUARD_ADDR (:8080, say) to listen on every interface")
+	} else {
+		log.Info("replayguard listening", "addr", ln.Addr().String(), "signing_kid", svc.SigningKeyID())
+	}
 	_ = logs.Flush() // start-up lines now, not at the first tick
 	if onListen != nil {
 		onListen(ln.Addr().String())
