@@ -90,6 +90,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, out io.
 	logs := newLogWriter(out, 100*time.Millisecond)
 	defer logs.Close()
 	log := slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: cfg.LogLevel}))
+	// A panic in a goroutine ends the process without running any other
+	// goroutine's deferred calls, logs.Close among them: every goroutine
+	// the server starts, and the Keeper's heartbeats, log it and flush
+	// first. This goroutine's own panics unwind through logs.Close.
+	onPanic := logPanic(log, logs)
+	defer repanic(onPanic)
 	gin.SetMode(gin.ReleaseMode)
 	gin.DefaultWriter, gin.DefaultErrorWriter = io.Discard, io.Discard
 	goredis.SetLogger(redisLogger{log})
@@ -102,7 +108,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, out io.
 	}
 
 	m := metrics.New()
-	st, err := openStore(ctx, cfg, log)
+	st, err := openStore(ctx, cfg, log, onPanic)
 	if err != nil {
 		return err
 	}
@@ -155,11 +161,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, out io.
 		if len(cfg.APIKeys) == 0 {
 			log.Warn("REPLAYGUARD_API_KEYS is not set: POST /v1/signatures/verify is open to every caller")
 		}
-		reloadOnHangup(ctx, clientKeys, cfg.ClientKeys, log)
+		reloadOnHangup(ctx, clientKeys, cfg.ClientKeys, log, onPanic)
 	}
 	// One Keeper for every idempotency record; routes override its
 	// settings with Keeper.With.
-	keeper := idempotency.New(inst,
+	keeper := idempotency.New(testStore(inst),
+		idempotency.WithPanicHandler(onPanic),
 		idempotency.WithLockTTL(cfg.IdempotencyLockTTL),
 		idempotency.WithRetention(cfg.IdempotencyRetention),
 		idempotency.WithMaxBody(cfg.IdempotencyMaxBody))
@@ -225,7 +232,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, out io.
 		onListen(ln.Addr().String())
 	}
 	served := make(chan error, 1)
-	go func() { served <- srv.Serve(problemListener{ln}) }()
+	go func() {
+		defer repanic(onPanic)
+		served <- srv.Serve(problemListener{ln})
+	}()
 
 	select {
 	case err := <-served:
@@ -242,6 +252,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, out io.
 	log.Info("replayguard stopped")
 	return nil
 }
+
+// testStore wraps the store of the idempotency records. It is the
+// identity; only the tests replace it (TestMain, in the server's
+// subprocess), to make a record's heartbeat panic.
+var testStore = func(st store.Store) store.Store { return st }
 
 // Server timeouts. Outside gateway mode every request is Replayguard's
 // own, and short.
@@ -326,10 +341,11 @@ func verifier(cfg *config, keys *replay.KeyRing, st, inst store.Store, start tim
 // ends. Requests keep being served throughout: a reload swaps the whole
 // key set at once, and a file that does not load leaves the keys in force.
 // Errors name the file, never key material.
-func reloadOnHangup(ctx context.Context, keys *replay.KeyRing, path string, log *slog.Logger) {
+func reloadOnHangup(ctx context.Context, keys *replay.KeyRing, path string, log *slog.Logger, onPanic func(any)) {
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	go func() {
+		defer repanic(onPanic)
 		defer signal.Stop(hup)
 		for {
 			select {
@@ -348,7 +364,7 @@ func reloadOnHangup(ctx context.Context, keys *replay.KeyRing, path string, log 
 
 // openStore builds the configured store. A Redis that is down at start is
 // logged and reported by /readyz, not fatal.
-func openStore(ctx context.Context, cfg *config, log *slog.Logger) (store.Store, error) {
+func openStore(ctx context.Context, cfg *config, log *slog.Logger, onPanic func(any)) (store.Store, error) {
 	var client goredis.UniversalClient
 	switch {
 	case cfg.RedisURL != nil:
@@ -374,7 +390,7 @@ func openStore(ctx context.Context, cfg *config, log *slog.Logger) (store.Store,
 		client = goredis.NewClusterClient(o)
 		log.Info("store: redis cluster", "seeds", o.Addrs, "tls", o.TLSConfig != nil)
 	case cfg.PostgresURL != "":
-		return openPostgres(ctx, cfg, log)
+		return openPostgres(ctx, cfg, log, onPanic)
 	case len(cfg.RedisSentinel) > 0:
 		o := cfg.failoverOptions()
 		client = goredis.NewFailoverClient(o)
@@ -401,7 +417,7 @@ func openStore(ctx context.Context, cfg *config, log *slog.Logger) (store.Store,
 // database that is down at start is logged, not fatal: the migrations are
 // retried in the background until they apply, /readyz answers 503 and
 // requests fail closed meanwhile.
-func openPostgres(ctx context.Context, cfg *config, log *slog.Logger) (store.Store, error) {
+func openPostgres(ctx context.Context, cfg *config, log *slog.Logger, onPanic func(any)) (store.Store, error) {
 	st, err := postgres.Open(ctx, cfg.PostgresURL, postgres.WithTimeout(cfg.StoreTimeout))
 	if err != nil {
 		return nil, errors.New("REPLAYGUARD_POSTGRES_URL: cannot open a pool for it") // the error may quote the URL
@@ -415,6 +431,7 @@ func openPostgres(ctx context.Context, cfg *config, log *slog.Logger) (store.Sto
 	if err := migrate(); err != nil {
 		log.Warn("postgresql: migrations not applied at start; retrying until they are: /readyz answers 503 and requests fail closed meanwhile", "error", err.Error())
 		go func() {
+			defer repanic(onPanic)
 			t := time.NewTicker(migrateRetry)
 			defer t.Stop()
 			for {
