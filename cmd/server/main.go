@@ -6,6 +6,8 @@
 // or REPLAYGUARD_REDIS_SENTINEL_ADDRS moves it onto Redis. REPLAYGUARD_CLIENT_KEYS turns on POST /v1/signatures/verify
 // for signed requests; SIGHUP re-reads that file. Run it with -h for every
 // flag; each mirrors a REPLAYGUARD_* environment variable (see README.md).
+// With -healthcheck it probes a running server's /healthz instead and
+// exits 0 or 1: the container healthcheck of the distroless image.
 package main
 
 import (
