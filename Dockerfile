@@ -18,5 +18,11 @@ FROM gcr.io/distroless/static-debian12:nonroot
 COPY --from=build /out/replayguard /replayguard
 # nonroot is uid/gid 65532 in distroless images.
 USER nonroot:nonroot
+# The server listens on every interface in the container: without this,
+# a server with neither signing keys nor API keys (a development setup)
+# would listen on the container's loopback only, out of reach.
+ENV REPLAYGUARD_ADDR=:8080
 EXPOSE 8080
+# No shell or curl in distroless: the binary probes its own /healthz.
+HEALTHCHECK --interval=10s --timeout=3s --start-period=5s --retries=3 CMD ["/replayguard", "-healthcheck"]
 ENTRYPOINT ["/replayguard"]

@@ -33,6 +33,7 @@ const (
 	hookSecret  = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 	stripeHook  = "whsec_stripe_endpoint_secret"
 	slackSigner = "slack signing secret"
+	githubHook  = "github webhook secret"
 )
 
 // countingStore counts the store calls a middleware makes and the
@@ -103,6 +104,21 @@ func slackDelivery(ts time.Time, body string) *http.Request {
 	return r
 }
 
+// githubDelivery signs a GitHub delivery of id (X-GitHub-Delivery) with
+// X-Hub-Signature-256, and dates it (Date, which GitHub sends and nothing
+// signs) at date.
+func githubDelivery(id string, date time.Time, body string) *http.Request {
+	m := hmac.New(sha256.New, []byte(githubHook))
+	m.Write([]byte(body))
+	r := httptest.NewRequest(http.MethodPost, "/hooks/github", strings.NewReader(body))
+	r.Header.Set("X-GitHub-Delivery", id)
+	r.Header.Set("X-GitHub-Event", "push")
+	r.Header.Set("X-Hub-Signature-256", "sha256="+hex.EncodeToString(m.Sum(nil)))
+	r.Header.Set("Date", date.UTC().Format(http.TimeFormat))
+	r.Header.Set("Content-Type", "application/json")
+	return r
+}
+
 // hookApp is the protected receiver: it counts its runs per delivery ID
 // and answers with answer (201 and what it saw, by default).
 type hookApp struct {
@@ -140,7 +156,7 @@ func (a *hookApp) count(id string) int {
 	return a.runs[id]
 }
 
-// hookShape mounts POST /hooks/{standard,stripe,slack} and POST
+// hookShape mounts POST /hooks/{standard,stripe,github,slack} and POST
 // /hooks/other (a second standard route) behind RequireWebhook, with one
 // middleware shape.
 type hookShape struct {
@@ -192,6 +208,7 @@ func newHookEnv(t *testing.T, shape hookShape, app *hookApp, st store.Store, kop
 		"/hooks/standard": guard.RequireWebhook(std, keeper, opts...),
 		"/hooks/other":    guard.RequireWebhook(std, keeper, opts...),
 		"/hooks/stripe":   guard.RequireWebhook(verifier(webhook.Stripe, stripeHook), keeper, opts...),
+		"/hooks/github":   guard.RequireWebhook(verifier(webhook.GitHub, githubHook), keeper, opts...),
 		"/hooks/slack":    guard.RequireWebhook(verifier(webhook.Slack, slackSigner), keeper, opts...),
 	}
 	return &hookEnv{h: shape.mount(mws, app), app: app, st: cs}
@@ -315,6 +332,31 @@ func TestRequireWebhookRunsEachDeliveryOnce(t *testing.T) {
 				}
 			})
 
+			t.Run("github: keyed by X-GitHub-Delivery; a redelivery replays, however old its Date", func(t *testing.T) {
+				e := newHookEnv(t, shape, &hookApp{}, nil, nil)
+				body := `{"action":"opened","number":7}`
+				// Date is a year old: GitHub signs no time, so there is no window.
+				first := e.do(githubDelivery("72d3162e-cc78-11e3-81ab-4c9367dc0958", time.Now().AddDate(-1, 0, 0), body))
+				if first.Code != http.StatusCreated || first.Header().Get("Idempotent-Replayed") != "" ||
+					first.Body.String() != `{"id":"72d3162e-cc78-11e3-81ab-4c9367dc0958","run":1,"got":"{\"action\":\"opened\",\"number\":7}"}` {
+					t.Fatalf("first = %d %v %s", first.Code, first.Header(), first.Body)
+				}
+				// GitHub's redelivery keeps the ID and the signature; the Date is new.
+				for _, date := range []time.Time{time.Now(), time.Now().AddDate(0, -1, 0)} {
+					again := e.do(githubDelivery("72d3162e-cc78-11e3-81ab-4c9367dc0958", date, body))
+					if again.Code != http.StatusCreated || again.Header().Get("Idempotent-Replayed") != "true" || again.Body.String() != first.Body.String() {
+						t.Fatalf("redelivery dated %v = %d %v %s", date, again.Code, again.Header(), again.Body)
+					}
+				}
+				if n := e.app.count("72d3162e-cc78-11e3-81ab-4c9367dc0958"); n != 1 {
+					t.Fatalf("the app ran %d times, want 1", n)
+				}
+				// Another delivery ID is another delivery, even with the same body.
+				if w := e.do(githubDelivery("8e7a5c1a-cc78-11e3-81ab-4c9367dc0958", time.Now(), body)); w.Code != http.StatusCreated || w.Header().Get("Idempotent-Replayed") != "" {
+					t.Fatalf("a new delivery ID = %d %v", w.Code, w.Header())
+				}
+			})
+
 			t.Run("slack: a retry with a new signature runs again; the same request does not", func(t *testing.T) {
 				e := newHookEnv(t, shape, &hookApp{}, nil, nil)
 				ts := time.Now()
@@ -378,6 +420,26 @@ func TestRequireWebhookRefusesBeforeTheStore(t *testing.T) {
 			return r
 		}, 401, "signature_invalid"},
 		{"a delivery timestamped 10 minutes ago", func() *http.Request { return standardDelivery("msg_1", stale, `{}`) }, 401, "signature_expired"},
+		{"github: a signature by another secret", func() *http.Request {
+			r := githubDelivery("gh-1", time.Now(), `{}`)
+			r.Header.Set("X-Hub-Signature-256", "sha256="+strings.Repeat("ab", sha256.Size))
+			return r
+		}, 401, "signature_invalid"},
+		{"github: a body that is not what was signed", func() *http.Request {
+			r := githubDelivery("gh-1", time.Now(), `{"amount":1}`)
+			r.Body = io.NopCloser(strings.NewReader(`{"amount":9}`))
+			return r
+		}, 401, "signature_invalid"},
+		{"github: no X-GitHub-Delivery", func() *http.Request {
+			r := githubDelivery("gh-1", time.Now(), `{}`)
+			r.Header.Del("X-GitHub-Delivery")
+			return r
+		}, 401, "signature_missing"},
+		{"github: no X-Hub-Signature-256", func() *http.Request {
+			r := githubDelivery("gh-1", time.Now(), `{}`)
+			r.Header.Del("X-Hub-Signature-256")
+			return r
+		}, 401, "signature_missing"},
 		{"a verified Stripe body without an id", func() *http.Request { return stripeDelivery(time.Now(), `{"object":"event"}`) }, 400, "invalid_request"},
 		{"a body over the limit", func() *http.Request {
 			return standardDelivery("msg_1", time.Now(), `{"pad":"`+strings.Repeat("x", 2048)+`"}`)

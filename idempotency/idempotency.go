@@ -92,6 +92,7 @@ type Keeper struct {
 	retention time.Duration
 	maxBody   int
 	now       func() time.Time
+	onPanic   func(v any)
 	// ticker makes the heartbeat's ticks; tests replace it.
 	ticker func(d time.Duration) (<-chan time.Time, func())
 }
@@ -148,6 +149,15 @@ func WithClock(now func() time.Time) Option {
 			k.now = now
 		}
 	}
+}
+
+// WithPanicHandler sets f to see a panic in a Run's heartbeat goroutine
+// (in the store's Renew, or in the caller's lost-lease callback) before
+// it goes on: f can log it and flush the logs, since the panic still
+// ends the process, as any unrecovered panic in a goroutine does, and
+// then no deferred call of any other goroutine runs. Defaults to none.
+func WithPanicHandler(f func(v any)) Option {
+	return func(k *Keeper) { k.onPanic = f }
 }
 
 // New returns a Keeper that keeps its records in st.
@@ -319,6 +329,14 @@ func found(rec store.Record) (Outcome, error) {
 // the next tick: the lease still has two thirds of its time.
 func (r *Run) heartbeat() {
 	defer close(r.done)
+	if f := r.k.onPanic; f != nil {
+		defer func() {
+			if v := recover(); v != nil {
+				f(v)
+				panic(v)
+			}
+		}()
+	}
 	every := max(r.k.lockTTL/3, time.Millisecond)
 	ticks, stop := r.k.ticker(every)
 	defer stop()

@@ -6,12 +6,14 @@ import (
 	"fmt"
 	"maps"
 	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/goccy/go-yaml"
 )
@@ -28,13 +30,18 @@ const composeRepoRoot = "../.."
 // composeFile is the part of docker-compose.yml the tests read.
 type composeFile struct {
 	Services map[string]composeService `yaml:"services"`
+	Secrets  map[string]composeSecret  `yaml:"secrets"`
+	Volumes  map[string]any            `yaml:"volumes"`
 }
 
 type composeService struct {
 	Image       string         `yaml:"image"`
 	Build       any            `yaml:"build"`
+	Command     []string       `yaml:"command"`
 	Environment any            `yaml:"environment"`
+	Secrets     []string       `yaml:"secrets"`
 	Ports       []any          `yaml:"ports"`
+	Volumes     []string       `yaml:"volumes"`
 	DependsOn   any            `yaml:"depends_on"`
 	Healthcheck map[string]any `yaml:"healthcheck"`
 }
@@ -56,11 +63,13 @@ func loadComposeFile(t *testing.T, name string) composeFile {
 }
 
 // TestComposePostgresOverride checks docker-compose.postgres.yml: merged
-// over docker-compose.yml, as compose merges environments, the server
-// loads its environment and runs on the postgres service.
+// over docker-compose.yml, as compose merges environments and secrets,
+// the server loads its environment and runs on the postgres service, and
+// the database's password too comes from a secret file.
 func TestComposePostgresOverride(t *testing.T) {
 	base, override := loadCompose(t), loadComposeFile(t, "docker-compose.postgres.yml")
-	if _, ok := override.Services["postgres"]; !ok {
+	pg, ok := override.Services["postgres"]
+	if !ok {
 		t.Fatal("docker-compose.postgres.yml has no postgres service")
 	}
 	env, err := composeEnvironment(base.Services["replayguard"].Environment)
@@ -72,28 +81,73 @@ func TestComposePostgresOverride(t *testing.T) {
 		t.Fatal(err)
 	}
 	maps.Copy(env, over)
-	host := map[string]string{
-		"REPLAYGUARD_SIGNING_KEYS":      "2026-01:" + base64.StdEncoding.EncodeToString([]byte(strings.Repeat("k", 32))),
-		"REPLAYGUARD_API_KEYS":          "backend-key",
-		"REPLAYGUARD_POSTGRES_PASSWORD": "pw",
-	}
-	vals := map[string]string{}
-	for name, v := range env {
-		if v == nil {
-			vals[name] = host[name]
-			continue
-		}
-		if vals[name], err = composeInterpolate(*v, host); err != nil {
-			t.Fatalf("%s: %v", name, err)
-		}
-	}
-	cfg, err := loadConfig(nil, func(name string) string { return vals[name] })
+	defined := maps.Clone(base.Secrets)
+	maps.Copy(defined, override.Secrets)
+	mounted := append(slices.Clone(base.Services["replayguard"].Secrets), override.Services["replayguard"].Secrets...)
+	cfg, err := composeServerConfig(t, env, mounted, defined)
 	if err != nil {
 		t.Fatalf("the merged environment does not load: %v", err)
 	}
 	if !strings.Contains(cfg.PostgresURL, "@postgres:5432/") || cfg.RedisURL != nil {
 		t.Fatalf("the merged service does not run on the postgres service alone: %q, %v", cfg.PostgresURL, cfg.RedisURL)
 	}
+	pgEnv, err := composeEnvironment(pg.Environment)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, inline := pgEnv["POSTGRES_PASSWORD"]; inline || composeLiteral(pgEnv, "POSTGRES_PASSWORD_FILE") != "/run/secrets/postgres_password" ||
+		!slices.Contains(pg.Secrets, "postgres_password") || defined["postgres_password"].File == "" {
+		t.Errorf("the postgres service does not read its password from the postgres_password secret file: %v, secrets %v", pgEnv, pg.Secrets)
+	}
+}
+
+// composeSecret is a top-level secret of a compose file.
+type composeSecret struct {
+	File string `yaml:"file"`
+}
+
+// composeSecretValues are what an operator writes into ./secrets, by
+// secret name.
+var composeSecretValues = map[string]string{
+	"signing_keys":      "2026-01:" + base64.StdEncoding.EncodeToString([]byte(strings.Repeat("k", 32))),
+	"api_keys":          "backend-key",
+	"postgres_password": "pw",
+	"postgres_url":      "postgres://replayguard:pw@postgres:5432/replayguard?sslmode=disable",
+}
+
+// composeSecretsDir is where compose mounts a service's secrets.
+const composeSecretsDir = "/run/secrets/"
+
+// composeServerConfig loads the server's configuration from a service's
+// environment env as its container sees it: each /run/secrets/NAME is
+// the secret NAME, which the service must mount (mounted) and the file
+// define with a file (defined); it reads composeSecretValues[NAME] from a
+// temporary file instead.
+func composeServerConfig(t *testing.T, env map[string]*string, mounted []string, defined map[string]composeSecret) (*config, error) {
+	t.Helper()
+	dir := t.TempDir()
+	vals := map[string]string{}
+	for name, v := range env {
+		if v == nil {
+			t.Errorf("%s is passed through from the host: set it, or mount a secret", name)
+			continue
+		}
+		val, err := composeInterpolate(*v, nil)
+		if err != nil {
+			t.Errorf("%s: %v", name, err)
+		}
+		if secret, ok := strings.CutPrefix(val, composeSecretsDir); ok {
+			if !slices.Contains(mounted, secret) || defined[secret].File == "" {
+				t.Errorf("%s reads secret %q, which the service does not mount from a file", name, secret)
+			}
+			val = filepath.Join(dir, secret)
+			if err := os.WriteFile(val, []byte(composeSecretValues[secret]+"\n"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+		vals[name] = val
+	}
+	return loadConfig(nil, func(name string) string { return vals[name] })
 }
 
 // composeEnvironment reads a service's environment in either of Compose's
@@ -212,24 +266,7 @@ func TestComposeReplayguardService(t *testing.T) {
 	})
 
 	t.Run("its values load", func(t *testing.T) {
-		// What an operator puts in .env for the required variables.
-		host := map[string]string{
-			"REPLAYGUARD_SIGNING_KEYS": "2026-01:" + base64.StdEncoding.EncodeToString([]byte(strings.Repeat("k", 32))),
-			"REPLAYGUARD_API_KEYS":     "backend-key",
-		}
-		vals := map[string]string{}
-		for name, v := range env {
-			if v == nil {
-				vals[name] = host[name]
-				continue
-			}
-			s, err := composeInterpolate(*v, host)
-			if err != nil {
-				t.Fatalf("%s: %v", name, err)
-			}
-			vals[name] = s
-		}
-		cfg, err := loadConfig(nil, func(name string) string { return vals[name] })
+		cfg, err := composeServerConfig(t, env, svc.Secrets, f.Secrets)
 		if err != nil {
 			t.Fatalf("the compose environment does not load: %v", err)
 		}
@@ -239,19 +276,53 @@ func TestComposeReplayguardService(t *testing.T) {
 		if len(cfg.SigningKeys) == 0 || len(cfg.APIKeys) == 0 {
 			t.Error("the service runs without signing keys or API keys")
 		}
+		if cfg.MachineID == nil {
+			t.Error("the service sets no REPLAYGUARD_MACHINE_ID")
+		}
 	})
 
-	t.Run("required secrets fail loudly when unset", func(t *testing.T) {
-		for _, name := range []string{"REPLAYGUARD_SIGNING_KEYS", "REPLAYGUARD_API_KEYS"} {
-			v := env[name]
-			if v == nil {
-				t.Errorf("%s is not set by the service", name)
+	t.Run("secrets come from secret files, never the environment", func(t *testing.T) {
+		// A URL without a password (redis://redis:6379/0) holds no secret.
+		for _, s := range settings {
+			v := env[s.env]
+			if !s.secret || v == nil || *v == "" {
 				continue
 			}
-			if _, err := composeInterpolate(*v, nil); err == nil {
-				t.Errorf("%s = %q: want ${%s:?...} so compose refuses to start without it", name, *v, name)
+			if u, err := url.Parse(*v); err != nil || u.Scheme == "" || u.User != nil {
+				t.Errorf("%s is set in the environment, where docker inspect shows it: mount it as a secret and set %s_FILE", s.env, s.env)
 			}
 		}
+		for _, name := range []string{"REPLAYGUARD_SIGNING_KEYS_FILE", "REPLAYGUARD_API_KEYS_FILE"} {
+			if !strings.HasPrefix(composeLiteral(env, name), composeSecretsDir) {
+				t.Errorf("%s = %q, want a file in %s", name, composeLiteral(env, name), composeSecretsDir)
+			}
+		}
+		for name, sec := range f.Secrets {
+			if !strings.HasPrefix(sec.File, "./secrets/") {
+				t.Errorf("secret %s is read from %q, want a file in ./secrets, which .gitignore and .dockerignore keep out", name, sec.File)
+			}
+		}
+		for _, ignore := range []string{".gitignore", ".dockerignore"} {
+			data, err := os.ReadFile(filepath.Join(composeRepoRoot, ignore))
+			if err != nil || !regexp.MustCompile(`(?m)^/?secrets/$`).Match(data) {
+				t.Errorf("%s does not ignore secrets/ (%v)", ignore, err)
+			}
+		}
+	})
+
+	t.Run("publishes on loopback only", func(t *testing.T) {
+		if len(svc.Ports) == 0 {
+			t.Fatal("no ports published")
+		}
+		for _, p := range svc.Ports {
+			if s := fmt.Sprint(p); !strings.HasPrefix(s, "127.0.0.1:") {
+				t.Errorf("port %q is published on every interface of the host, want 127.0.0.1:...", s)
+			}
+		}
+	})
+
+	t.Run("healthcheck runs the binary's probe", func(t *testing.T) {
+		checkComposeHealthcheck(t, svc)
 	})
 
 	t.Run("builds from the Dockerfile that exists", func(t *testing.T) {
@@ -285,6 +356,17 @@ func TestComposeReplayguardService(t *testing.T) {
 		if !slices.Contains(df["EXPOSE"], port) {
 			t.Errorf("the Dockerfile exposes %v, want the server's port %s", df["EXPOSE"], port)
 		}
+		// Without keys the server would listen on the container's
+		// loopback only, out of reach.
+		if !slices.Contains(df["ENV"], "REPLAYGUARD_ADDR=:8080") {
+			t.Errorf("the Dockerfile's ENV %v does not set REPLAYGUARD_ADDR=:8080", df["ENV"])
+		}
+		if len(df["ENTRYPOINT"]) != 1 || df["ENTRYPOINT"][0] != `["/replayguard"]` {
+			t.Errorf("ENTRYPOINT %v, want [\"/replayguard\"], which the healthchecks run", df["ENTRYPOINT"])
+		}
+		if len(df["HEALTHCHECK"]) != 1 || !strings.HasSuffix(df["HEALTHCHECK"][0], `CMD ["/replayguard", "-healthcheck"]`) {
+			t.Errorf("HEALTHCHECK %v, want the binary's -healthcheck", df["HEALTHCHECK"])
+		}
 	})
 
 	t.Run("publishes the port the server listens on", func(t *testing.T) {
@@ -299,6 +381,19 @@ func TestComposeReplayguardService(t *testing.T) {
 		}
 	})
 
+	t.Run("redis keeps its data and never evicts", func(t *testing.T) {
+		r := f.Services["redis"]
+		cmd := strings.Join(r.Command, " ")
+		for _, want := range []string{"--maxmemory-policy noeviction", "--appendonly yes", "--maxmemory "} {
+			if !strings.Contains(cmd, want) {
+				t.Errorf("redis command %q lacks %s", cmd, want)
+			}
+		}
+		if !slices.ContainsFunc(r.Volumes, func(v string) bool { return strings.HasSuffix(v, ":/data") }) {
+			t.Errorf("redis volumes %v: want a volume on /data, where the AOF lives", r.Volumes)
+		}
+	})
+
 	t.Run("waits for a healthy redis", func(t *testing.T) {
 		deps, _ := svc.DependsOn.(map[string]any)
 		redis, _ := deps["redis"].(map[string]any)
@@ -309,6 +404,20 @@ func TestComposeReplayguardService(t *testing.T) {
 			t.Error("the redis service has no healthcheck")
 		}
 	})
+}
+
+// checkComposeHealthcheck checks that svc's healthcheck runs the
+// binary's -healthcheck with a timeout above the probe's own.
+func checkComposeHealthcheck(t *testing.T, svc composeService) {
+	t.Helper()
+	hc := svc.Healthcheck
+	if got := fmt.Sprint(hc["test"]); got != "[CMD /replayguard -healthcheck]" {
+		t.Errorf("healthcheck test = %s, want [CMD /replayguard -healthcheck]", got)
+	}
+	timeout, err := time.ParseDuration(fmt.Sprint(hc["timeout"]))
+	if err != nil || timeout <= healthcheckTimeout {
+		t.Errorf("healthcheck timeout %v, want a duration above the probe's %v", hc["timeout"], healthcheckTimeout)
+	}
 }
 
 // composeLiteral returns the literal value env sets for name, or "" (the default).
@@ -455,4 +564,72 @@ func TestREADMEConfigurationTable(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestComposeReplicas checks docker-compose.replicas.yml: with the base
+// service, every instance has its own REPLAYGUARD_MACHINE_ID and host
+// port, and is otherwise the base service: same image, environment,
+// secrets, healthcheck and dependencies.
+func TestComposeReplicas(t *testing.T) {
+	base, reps := loadCompose(t), loadComposeFile(t, "docker-compose.replicas.yml")
+	first := base.Services["replayguard"]
+	baseEnv, err := composeEnvironment(first.Environment)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := map[uint16]string{}
+	hostPorts := map[string]string{}
+	instances := map[string]composeService{"replayguard": first}
+	maps.Copy(instances, reps.Services)
+	if len(instances) < 3 {
+		t.Fatalf("%d instances, want the base service and at least two replicas", len(instances))
+	}
+	for _, name := range slices.Sorted(maps.Keys(instances)) {
+		svc := instances[name]
+		t.Run(name, func(t *testing.T) {
+			env, err := composeEnvironment(svc.Environment)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg, err := composeServerConfig(t, env, svc.Secrets, base.Secrets)
+			if err != nil {
+				t.Fatalf("its environment does not load: %v", err)
+			}
+			if cfg.MachineID == nil {
+				t.Fatal("no REPLAYGUARD_MACHINE_ID")
+			}
+			if other, dup := ids[*cfg.MachineID]; dup {
+				t.Errorf("machine ID %d is %s's too", *cfg.MachineID, other)
+			}
+			ids[*cfg.MachineID] = name
+			for k := range env {
+				if k != "REPLAYGUARD_MACHINE_ID" && composeLiteral(env, k) != composeLiteral(baseEnv, k) {
+					t.Errorf("%s = %q, the base service's %q", k, composeLiteral(env, k), composeLiteral(baseEnv, k))
+				}
+			}
+			for k := range baseEnv {
+				if _, ok := env[k]; !ok {
+					t.Errorf("%s is not set, unlike on the base service", k)
+				}
+			}
+			if svc.Image != first.Image || fmt.Sprint(svc.Build) != fmt.Sprint(first.Build) {
+				t.Errorf("image %q build %v, want the base service's %q %v", svc.Image, svc.Build, first.Image, first.Build)
+			}
+			if fmt.Sprint(svc.Secrets) != fmt.Sprint(first.Secrets) || fmt.Sprint(svc.DependsOn) != fmt.Sprint(first.DependsOn) {
+				t.Errorf("secrets %v, depends_on %v: want the base service's", svc.Secrets, svc.DependsOn)
+			}
+			checkComposeHealthcheck(t, svc)
+			for _, p := range svc.Ports {
+				s := fmt.Sprint(p)
+				if !strings.HasPrefix(s, "127.0.0.1:") {
+					t.Errorf("port %q is not on loopback", s)
+				}
+				host := s[:strings.LastIndex(s, ":")]
+				if other, dup := hostPorts[host]; dup {
+					t.Errorf("host port %s is %s's too", host, other)
+				}
+				hostPorts[host] = name
+			}
+		})
+	}
 }

@@ -2,9 +2,7 @@ package main
 
 import (
 	"errors"
-	"flag"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -33,7 +31,10 @@ import (
 // config is the server's configuration, from flags, then environment
 // variables, then defaults.
 type config struct {
-	Addr         string
+	Addr string
+	// LoopbackOnly: Addr was auto and, with no signing keys and no API
+	// keys (the development setup), became devAddr.
+	LoopbackOnly bool
 	SigningKeys  []token.Key
 	APIKeys      []string
 	MachineID    *uint16
@@ -131,8 +132,12 @@ func checkSentinel(c *config) error {
 // Defaults of the server's own settings; every other default is its
 // package's constant.
 const (
-	defaultAddr            = ":8080"
 	defaultShutdownTimeout = 8 * time.Second
+	// REPLAYGUARD_ADDR's auto: devAddr, loopback only, when neither
+	// signing keys nor API keys are set (a server anyone who reaches it
+	// can use, and whose tokens no other instance accepts), else addr.
+	devAddr     = "127.0.0.1:8080"
+	defaultAddr = ":8080"
 )
 
 // duration writes d as a setting's default: the shortest Go duration that
@@ -166,7 +171,7 @@ type setting struct {
 
 // settings lists every variable the server reads, in README order.
 var settings = []setting{
-	{"REPLAYGUARD_ADDR", "addr", defaultAddr, "listen address (any Go listen address)", false,
+	{"REPLAYGUARD_ADDR", "addr", autoValue, "listen address (any Go listen address); auto: " + devAddr + " (loopback only) when neither signing keys nor API keys are set, the development setup, else " + defaultAddr, false,
 		func(c *config, v string) error { c.Addr = v; return nil }},
 	{"REPLAYGUARD_SIGNING_KEYS", "signing-keys", "", "comma-separated kid:base64key HS256 keys; the first signs, all verify (at least 32 bytes each)", true,
 		func(c *config, v string) (err error) {
@@ -400,32 +405,20 @@ func envNames() []string {
 }
 
 // loadConfig reads args (flags win), then getenv, then the defaults. Its
-// errors name the variable and never quote a secret.
+// errors name the variable and never quote a secret; a command line that
+// does not parse is a *usageError, and -h is flag.ErrHelp.
 func loadConfig(args []string, getenv func(string) string) (*config, error) {
-	fs := flag.NewFlagSet("replayguard", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	vals := make([]*string, len(settings))
-	for i, s := range settings {
-		vals[i] = fs.String(s.flag, "", s.usage+" ($"+s.env+", default "+strconv.Quote(s.def)+")")
-	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			fs.SetOutput(os.Stderr)
-			fs.PrintDefaults()
-		}
+	cl, err := parseFlags(args)
+	if err != nil {
 		return nil, err
 	}
-	if fs.NArg() > 0 {
-		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
-	}
-	set := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	c := &config{}
-	for i, s := range settings {
+	for _, s := range settings {
 		v, from := s.def, s.env
+		fv, set := cl.set[s.flag]
 		switch {
-		case set[s.flag]:
-			v, from = *vals[i], "-"+s.flag
+		case set:
+			v, from = fv, "-"+s.flag
 		case getenv(s.env) != "":
 			v = getenv(s.env)
 		case s.secret && getenv(s.env+"_FILE") != "":
@@ -438,6 +431,12 @@ func loadConfig(args []string, getenv func(string) string) (*config, error) {
 		}
 		if err := s.parse(c, strings.TrimSpace(v)); err != nil {
 			return nil, fmt.Errorf("%s: %w", from, err)
+		}
+	}
+	if c.Addr == autoValue {
+		c.Addr = defaultAddr
+		if len(c.SigningKeys) == 0 && len(c.APIKeys) == 0 {
+			c.Addr, c.LoopbackOnly = devAddr, true
 		}
 	}
 	stores := storeSettings(c)

@@ -1,10 +1,13 @@
 // Command server runs Replayguard as a standalone HTTP service.
 //
-// With no configuration it listens on :8080 with the embedded memory
-// store; REPLAYGUARD_REDIS_URL, REPLAYGUARD_REDIS_CLUSTER_ADDRS (or _URL)
+// With no configuration it listens on 127.0.0.1:8080 (loopback only:
+// without signing or API keys it is a development server) with the
+// embedded memory store; REPLAYGUARD_REDIS_URL, REPLAYGUARD_REDIS_CLUSTER_ADDRS (or _URL)
 // or REPLAYGUARD_REDIS_SENTINEL_ADDRS moves it onto Redis. REPLAYGUARD_CLIENT_KEYS turns on POST /v1/signatures/verify
 // for signed requests; SIGHUP re-reads that file. Run it with -h for every
 // flag; each mirrors a REPLAYGUARD_* environment variable (see README.md).
+// With -healthcheck it probes a running server's /healthz instead and
+// exits 0 or 1: the container healthcheck of the distroless image.
 package main
 
 import (
@@ -42,16 +45,37 @@ import (
 )
 
 func main() {
+	os.Exit(command(os.Args[1:], os.Getenv, os.Stdout, os.Stderr))
+}
+
+// command runs the command line args and returns the exit code: 0, 1
+// when the server stops on an error (logged as JSON on stdout), 2 for a
+// command line that does not parse (with the usage on stderr); -h
+// prints the usage on stdout. -healthcheck probes a running server.
+func command(args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+	cl, err := parseFlags(args)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		printUsage(stdout)
+		return 0
+	case err != nil:
+		fmt.Fprintf(stderr, "replayguard: %v\n\n", err)
+		printUsage(stderr)
+		return 2
+	case cl.healthcheck:
+		addr, ok := cl.set["addr"]
+		if !ok {
+			addr = getenv("REPLAYGUARD_ADDR")
+		}
+		return healthcheck(context.Background(), addr, stdout, stderr)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, nil)
-	if errors.Is(err, flag.ErrHelp) {
-		os.Exit(0)
+	if err := run(ctx, args, getenv, stdout, nil); err != nil {
+		slog.New(slog.NewJSONHandler(stdout, nil)).Error("replayguard stopped", "error", err.Error())
+		return 1
 	}
-	if err != nil {
-		slog.New(slog.NewJSONHandler(os.Stdout, nil)).Error("replayguard stopped", "error", err.Error())
-		os.Exit(1)
-	}
+	return 0
 }
 
 // run starts the server and blocks until ctx ends, then drains in-flight
@@ -68,6 +92,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, out io.
 	logs := newLogWriter(out, 100*time.Millisecond)
 	defer logs.Close()
 	log := slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: cfg.LogLevel}))
+	// A panic in a goroutine ends the process without running any other
+	// goroutine's deferred calls, logs.Close among them: every goroutine
+	// the server starts, and the Keeper's heartbeats, log it and flush
+	// first. This goroutine's own panics unwind through logs.Close.
+	onPanic := logPanic(log, logs)
+	defer repanic(onPanic)
 	gin.SetMode(gin.ReleaseMode)
 	gin.DefaultWriter, gin.DefaultErrorWriter = io.Discard, io.Discard
 	goredis.SetLogger(redisLogger{log})
@@ -80,7 +110,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, out io.
 	}
 
 	m := metrics.New()
-	st, err := openStore(ctx, cfg, log)
+	st, err := openStore(ctx, cfg, log, onPanic)
 	if err != nil {
 		return err
 	}
@@ -133,11 +163,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, out io.
 		if len(cfg.APIKeys) == 0 {
 			log.Warn("REPLAYGUARD_API_KEYS is not set: POST /v1/signatures/verify is open to every caller")
 		}
-		reloadOnHangup(ctx, clientKeys, cfg.ClientKeys, log)
+		reloadOnHangup(ctx, clientKeys, cfg.ClientKeys, log, onPanic)
 	}
 	// One Keeper for every idempotency record; routes override its
 	// settings with Keeper.With.
-	keeper := idempotency.New(inst,
+	keeper := idempotency.New(testStore(inst),
+		idempotency.WithPanicHandler(onPanic),
 		idempotency.WithLockTTL(cfg.IdempotencyLockTTL),
 		idempotency.WithRetention(cfg.IdempotencyRetention),
 		idempotency.WithMaxBody(cfg.IdempotencyMaxBody))
@@ -192,13 +223,21 @@ func run(ctx context.Context, args []string, getenv func(string) string, out io.
 	}
 	srv := newServer(engine, upstreamTimeout)
 	srv.ErrorLog = slog.NewLogLogger(log.Handler(), slog.LevelWarn)
-	log.Info("replayguard listening", "addr", ln.Addr().String(), "signing_kid", svc.SigningKeyID())
+	if cfg.LoopbackOnly {
+		log.Info("replayguard listening", "addr", ln.Addr().String(), "signing_kid", svc.SigningKeyID(), "loopback_only", true,
+			"why", "no signing keys and no API keys (the development setup): listening on loopback only; set REPLAYGUARD_ADDR (:8080, say) to listen on every interface")
+	} else {
+		log.Info("replayguard listening", "addr", ln.Addr().String(), "signing_kid", svc.SigningKeyID())
+	}
 	_ = logs.Flush() // start-up lines now, not at the first tick
 	if onListen != nil {
 		onListen(ln.Addr().String())
 	}
 	served := make(chan error, 1)
-	go func() { served <- srv.Serve(problemListener{ln}) }()
+	go func() {
+		defer repanic(onPanic)
+		served <- srv.Serve(problemListener{ln})
+	}()
 
 	select {
 	case err := <-served:
@@ -215,6 +254,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, out io.
 	log.Info("replayguard stopped")
 	return nil
 }
+
+// testStore wraps the store of the idempotency records. It is the
+// identity; only the tests replace it (TestMain, in the server's
+// subprocess), to make a record's heartbeat panic.
+var testStore = func(st store.Store) store.Store { return st }
 
 // Server timeouts. Outside gateway mode every request is Replayguard's
 // own, and short.
@@ -299,10 +343,11 @@ func verifier(cfg *config, keys *replay.KeyRing, st, inst store.Store, start tim
 // ends. Requests keep being served throughout: a reload swaps the whole
 // key set at once, and a file that does not load leaves the keys in force.
 // Errors name the file, never key material.
-func reloadOnHangup(ctx context.Context, keys *replay.KeyRing, path string, log *slog.Logger) {
+func reloadOnHangup(ctx context.Context, keys *replay.KeyRing, path string, log *slog.Logger, onPanic func(any)) {
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	go func() {
+		defer repanic(onPanic)
 		defer signal.Stop(hup)
 		for {
 			select {
@@ -321,7 +366,7 @@ func reloadOnHangup(ctx context.Context, keys *replay.KeyRing, path string, log 
 
 // openStore builds the configured store. A Redis that is down at start is
 // logged and reported by /readyz, not fatal.
-func openStore(ctx context.Context, cfg *config, log *slog.Logger) (store.Store, error) {
+func openStore(ctx context.Context, cfg *config, log *slog.Logger, onPanic func(any)) (store.Store, error) {
 	var client goredis.UniversalClient
 	switch {
 	case cfg.RedisURL != nil:
@@ -347,7 +392,7 @@ func openStore(ctx context.Context, cfg *config, log *slog.Logger) (store.Store,
 		client = goredis.NewClusterClient(o)
 		log.Info("store: redis cluster", "seeds", o.Addrs, "tls", o.TLSConfig != nil)
 	case cfg.PostgresURL != "":
-		return openPostgres(ctx, cfg, log)
+		return openPostgres(ctx, cfg, log, onPanic)
 	case len(cfg.RedisSentinel) > 0:
 		o := cfg.failoverOptions()
 		client = goredis.NewFailoverClient(o)
@@ -374,7 +419,7 @@ func openStore(ctx context.Context, cfg *config, log *slog.Logger) (store.Store,
 // database that is down at start is logged, not fatal: the migrations are
 // retried in the background until they apply, /readyz answers 503 and
 // requests fail closed meanwhile.
-func openPostgres(ctx context.Context, cfg *config, log *slog.Logger) (store.Store, error) {
+func openPostgres(ctx context.Context, cfg *config, log *slog.Logger, onPanic func(any)) (store.Store, error) {
 	st, err := postgres.Open(ctx, cfg.PostgresURL, postgres.WithTimeout(cfg.StoreTimeout))
 	if err != nil {
 		return nil, errors.New("REPLAYGUARD_POSTGRES_URL: cannot open a pool for it") // the error may quote the URL
@@ -388,6 +433,7 @@ func openPostgres(ctx context.Context, cfg *config, log *slog.Logger) (store.Sto
 	if err := migrate(); err != nil {
 		log.Warn("postgresql: migrations not applied at start; retrying until they are: /readyz answers 503 and requests fail closed meanwhile", "error", err.Error())
 		go func() {
+			defer repanic(onPanic)
 			t := time.NewTicker(migrateRetry)
 			defer t.Stop()
 			for {
@@ -424,9 +470,14 @@ func noMaintNotifications() *maintnotifications.Config {
 }
 
 // redisLogger sends go-redis's internal messages to slog, so every line
-// the server writes is JSON.
+// the server writes is JSON. Each message says "redis: " once: many of
+// go-redis's already begin with it, the others ("sentinel: …") get it.
 type redisLogger struct{ log *slog.Logger }
 
 func (l redisLogger) Printf(ctx context.Context, format string, v ...any) {
-	l.log.WarnContext(ctx, "redis: "+fmt.Sprintf(format, v...))
+	msg := fmt.Sprintf(format, v...)
+	if !strings.HasPrefix(msg, "redis: ") {
+		msg = "redis: " + msg
+	}
+	l.log.WarnContext(ctx, msg)
 }

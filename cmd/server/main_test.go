@@ -17,11 +17,15 @@ import (
 	"time"
 
 	"github.com/replayguard/replayguard/internal/testenv"
+	"github.com/replayguard/replayguard/store"
 )
 
 // TestMain lets the tests run this binary's main as a subprocess.
 func TestMain(m *testing.M) {
 	if os.Getenv("REPLAYGUARD_TEST_RUN_MAIN") == "1" {
+		if os.Getenv("REPLAYGUARD_TEST_PANIC_IN_RENEW") == "1" {
+			testStore = func(st store.Store) store.Store { return panicOnRenew{st} }
+		}
 		main()
 		return
 	}

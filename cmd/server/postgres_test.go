@@ -1,12 +1,16 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/replayguard/replayguard/internal/pgtest"
 	"github.com/replayguard/replayguard/internal/testenv"
 )
 
@@ -91,4 +95,31 @@ func TestPostgresStore(t *testing.T) {
 		t.Fatalf("a recorded token after the restart = %d %s, want its recorded response", r.status, r.body)
 	}
 	_ = id
+}
+
+// TestPostgresURLFile runs the server with the database's URL in the file
+// REPLAYGUARD_POSTGRES_URL_FILE names, ending in the newline an editor
+// leaves: the server migrates that database and keeps its tokens there.
+func TestPostgresURLFile(t *testing.T) {
+	schema := pgtest.NewSchema(t)
+	file := filepath.Join(t.TempDir(), "postgres-url")
+	if err := os.WriteFile(file, []byte(pgtest.SchemaURL(t, schema)+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	base, _ := startServer(t, "REPLAYGUARD_POSTGRES_URL_FILE="+file, "REPLAYGUARD_SIGNING_KEYS=k1:"+strings.Repeat("QUJD", 11))
+
+	tok, _ := issueToken(t, base, "checkout")
+	var n int
+	if err := pgtest.Pool(t, schema, 1).QueryRow(context.Background(), `SELECT count(*) FROM replayguard_tokens`).Scan(&n); err != nil || n != 1 {
+		t.Fatalf("tokens in the file's database = %d (%v), want 1", n, err)
+	}
+	redeem := func() result {
+		return try(newReq(t, "POST", base+"/v1/tokens/redeem", `{"token":"`+tok+`","purpose":"checkout"}`))
+	}
+	if r := redeem(); r.status != http.StatusOK {
+		t.Fatalf("redeem = %d %s", r.status, r.body)
+	}
+	if r := redeem(); r.status != http.StatusConflict || r.code() != "token_used" {
+		t.Fatalf("second redeem = %d %s, want 409 token_used", r.status, r.body)
+	}
 }

@@ -52,28 +52,43 @@ func main() {
 	}
 }
 
+// config is the app's configuration, from its environment.
+type config struct {
+	dsn   string        // DATABASE_URL, required
+	addr  string        // ADDR, default defaultAddr
+	delay time.Duration // ORDERS_DELAY, default 0
+}
+
+// loadConfig reads the configuration through getenv and applies the
+// defaults.
+func loadConfig(getenv func(string) string) (config, error) {
+	c := config{dsn: getenv("DATABASE_URL"), addr: getenv("ADDR")}
+	if c.dsn == "" {
+		return config{}, errors.New("DATABASE_URL is not set: set it to the PostgreSQL database to keep the orders in, " +
+			"such as postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable")
+	}
+	if c.addr == "" {
+		c.addr = defaultAddr
+	}
+	if v := getenv("ORDERS_DELAY"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d < 0 {
+			return config{}, fmt.Errorf("ORDERS_DELAY=%q: want a duration such as 2s", v)
+		}
+		c.delay = d
+	}
+	return c, nil
+}
+
 // run sets the database up and serves the app until ctx ends. getenv
 // reads the configuration; logs go to out; onListen, when set, receives
 // the bound address.
 func run(ctx context.Context, getenv func(string) string, out io.Writer, onListen func(addr string)) error {
-	dsn := getenv("DATABASE_URL")
-	if dsn == "" {
-		return errors.New("DATABASE_URL is not set: set it to the PostgreSQL database to keep the orders in, " +
-			"such as postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable")
+	c, err := loadConfig(getenv)
+	if err != nil {
+		return err
 	}
-	addr := getenv("ADDR")
-	if addr == "" {
-		addr = defaultAddr
-	}
-	var delay time.Duration
-	if v := getenv("ORDERS_DELAY"); v != "" {
-		d, err := time.ParseDuration(v)
-		if err != nil || d < 0 {
-			return fmt.Errorf("ORDERS_DELAY=%q: want a duration such as 2s", v)
-		}
-		delay = d
-	}
-	cfg, err := pgxpool.ParseConfig(dsn)
+	cfg, err := pgxpool.ParseConfig(c.dsn)
 	if err != nil {
 		return fmt.Errorf("DATABASE_URL: %w", err)
 	}
@@ -93,11 +108,11 @@ func run(ctx context.Context, getenv func(string) string, out io.Writer, onListe
 	}
 
 	log := slog.New(slog.NewTextHandler(out, nil))
-	ln, err := net.Listen("tcp", addr)
+	ln, err := net.Listen("tcp", c.addr)
 	if err != nil {
 		return err
 	}
-	srv := &http.Server{Handler: newApp(pool, Options{Delay: delay, Logger: log}), ReadHeaderTimeout: 5 * time.Second}
+	srv := &http.Server{Handler: newApp(pool, Options{Delay: c.delay, Logger: log}), ReadHeaderTimeout: 5 * time.Second}
 	fmt.Fprintf(out, "orders: listening on http://%s\n", ln.Addr())
 	if onListen != nil {
 		onListen(ln.Addr().String())

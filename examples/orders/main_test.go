@@ -279,6 +279,39 @@ func TestConcurrentPaysMakeOnePayment(t *testing.T) {
 	}
 }
 
+func TestLoadConfig(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		env  map[string]string
+		want config
+	}{
+		{"ADDR defaults to 127.0.0.1:8090 and ORDERS_DELAY to 0", map[string]string{"DATABASE_URL": "postgres://db/orders"},
+			config{dsn: "postgres://db/orders", addr: "127.0.0.1:8090"}},
+		{"ADDR and ORDERS_DELAY are read", map[string]string{"DATABASE_URL": "postgres://db/orders", "ADDR": ":9000", "ORDERS_DELAY": "2s"},
+			config{dsn: "postgres://db/orders", addr: ":9000", delay: 2 * time.Second}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			got, err := loadConfig(func(k string) string { return c.env[k] })
+			if err != nil || got != c.want {
+				t.Errorf("loadConfig = %+v, %v; want %+v", got, err, c.want)
+			}
+		})
+	}
+	for _, c := range []struct {
+		name, want string
+		env        map[string]string
+	}{
+		{"DATABASE_URL is required", "DATABASE_URL is not set", map[string]string{"ADDR": ":9000"}},
+		{"a negative ORDERS_DELAY is refused", "ORDERS_DELAY", map[string]string{"DATABASE_URL": "postgres://db/orders", "ORDERS_DELAY": "-1s"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if _, err := loadConfig(func(k string) string { return c.env[k] }); err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Errorf("loadConfig = %v, want an error naming %s", err, c.want)
+			}
+		})
+	}
+}
+
 // TestRun runs the command in-process: it refuses a missing or malformed
 // configuration, and otherwise sets the database up, serves, and stops
 // when its context ends.

@@ -249,10 +249,19 @@ func (s *Store) begin(ctx context.Context, op string) (context.Context, context.
 // OOM error), else an error wrapping store.ErrUnavailable.
 func fail(op string, err error) error {
 	if strings.HasPrefix(err.Error(), "OOM ") {
-		return fmt.Errorf("%w: redis: %s: %w", store.ErrFull, op, err)
+		return fmt.Errorf("%w: redis: %s: %w", store.ErrFull, op, unprefixed{err})
 	}
-	return store.Unavailable("redis: "+op, err)
+	return store.Unavailable("redis: "+op, unprefixed{err})
 }
+
+// unprefixed is err without go-redis's own "redis: " at the start of its
+// message, since the store's errors already say "redis: <op>": a pool
+// timeout reads "redis: get: connection pool timeout", not "redis: get:
+// redis: connection pool timeout". errors.Is and errors.As still see err.
+type unprefixed struct{ err error }
+
+func (u unprefixed) Error() string { return strings.TrimPrefix(u.err.Error(), "redis: ") }
+func (u unprefixed) Unwrap() error { return u.err }
 
 // millis is d as a PX or PEXPIRE argument: whole milliseconds, rounded
 // up so that an entry never lives shorter than asked; 0 for d <= 0.
@@ -379,7 +388,7 @@ func (s *Store) Close() error {
 		return nil
 	}
 	if err := s.client.Close(); err != nil {
-		return fmt.Errorf("redis: close: %w", err)
+		return fmt.Errorf("redis: close: %w", unprefixed{err})
 	}
 	return nil
 }

@@ -98,7 +98,7 @@ func (s *Store) confirm(ctx context.Context, op string, c change) error {
 	n, err := c.conn.Wait(ctx, s.minReplicas, wait).Result()
 	if err != nil {
 		_ = c.fail(op, err) // reloads a cluster's slots
-		return fmt.Errorf("%w: redis: %s: wait: %w", ErrNotReplicated, op, err)
+		return fmt.Errorf("%w: redis: %s: wait: %w", ErrNotReplicated, op, unprefixed{err})
 	}
 	if n < int64(s.minReplicas) {
 		return fmt.Errorf("%w: redis: %s: %d of %d replicas acknowledged it within %v", ErrNotReplicated, op, n, s.minReplicas, wait)

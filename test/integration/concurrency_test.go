@@ -33,13 +33,14 @@ type backend struct {
 	open func(t *testing.T, prefix string) store.Store
 }
 
-// backends are the stores the concurrency tests run on. Redis and Redis
-// Cluster skip (or fail under REPLAYGUARD_TEST_REQUIRE=1 or CI=true) when
-// their variable is unset.
+// backends are the stores the concurrency tests run on. Redis, Redis
+// Cluster and PostgreSQL skip (or fail under REPLAYGUARD_TEST_REQUIRE=1 or
+// CI=true) when their variable is unset.
 var backends = []backend{
 	{"memory", func(*testing.T, string) store.Store { return memory.New() }},
 	sharedBackends[0],
 	sharedBackends[1],
+	{"postgres", func(t *testing.T, _ string) store.Store { return openPostgres(t) }},
 }
 
 // sharedBackends are the stores several instances can share.

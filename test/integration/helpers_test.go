@@ -21,10 +21,12 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/replayguard/replayguard/handlers"
+	"github.com/replayguard/replayguard/internal/pgtest"
 	"github.com/replayguard/replayguard/internal/testenv"
 	"github.com/replayguard/replayguard/metrics"
 	"github.com/replayguard/replayguard/problem"
 	"github.com/replayguard/replayguard/store"
+	postgresstore "github.com/replayguard/replayguard/store/postgres"
 	redisstore "github.com/replayguard/replayguard/store/redis"
 	"github.com/replayguard/replayguard/store/storetest"
 	"github.com/replayguard/replayguard/token"
@@ -226,6 +228,22 @@ func openCluster(t testing.TB, addrs, prefix string) *redisstore.Store {
 		PoolSize:              64,
 	})
 	return redisstore.New(client, redisstore.WithPrefix(prefix), redisstore.WithTimeout(5*time.Second))
+}
+
+// openPostgres returns a store on a schema of its own on the test
+// database (REPLAYGUARD_TEST_POSTGRES_URL; pgtest skips or fails without
+// it), migrated, with as many connections as openRedis and its timeout.
+// The schema is dropped, and the pool closed, after the store.
+func openPostgres(t testing.TB) *postgresstore.Store {
+	t.Helper()
+	schema := pgtest.NewSchema(t)
+	pool := pgtest.Pool(t, schema, 64)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := postgresstore.Migrate(ctx, pool); err != nil {
+		t.Fatalf("migrate: %v", err)
+	}
+	return postgresstore.New(pool, postgresstore.WithTimeout(5*time.Second))
 }
 
 // reply is a response read in full.

@@ -7,7 +7,10 @@
 #
 # Then section, die, N, free_port and wait_http are defined, WORK is a
 # fresh temp dir (kept with KEEP=1) and every pid added to PIDS is stopped
-# on exit, pass or fail.
+# on exit, pass or fail: those also in PG_PIDS (PostgreSQL servers) get
+# SIGINT first, PostgreSQL's fast shutdown. Directories added to TMPDIRS
+# (such as a PostgreSQL cluster's, which cannot live in WORK when the
+# server runs as another user) are removed with WORK.
 
 section() { printf '\n== %s\n' "$*"; }
 die() { printf '%s: FAIL: %s\n' "${SCRIPT##*/}" "$*" >&2; exit 1; }
@@ -37,9 +40,14 @@ load_session() {
 N() { nice -n "$NICE" "$@"; }
 
 PIDS=()
+PG_PIDS=()
+TMPDIRS=()
 cleanup() {
 	local rc=$? pid i
 	set +e
+	for pid in ${PG_PIDS[@]+"${PG_PIDS[@]}"}; do
+		kill -INT "$pid" 2>/dev/null
+	done
 	for pid in ${PIDS[@]+"${PIDS[@]}"}; do
 		kill "$pid" 2>/dev/null
 	done
@@ -53,9 +61,9 @@ cleanup() {
 	done
 	if [[ -n "${WORK:-}" ]]; then
 		if [[ "$KEEP" == 1 ]]; then
-			echo "kept $WORK"
+			echo "kept $WORK ${TMPDIRS[*]+${TMPDIRS[*]}}"
 		else
-			rm -rf "$WORK"
+			rm -rf "$WORK" ${TMPDIRS[@]+"${TMPDIRS[@]}"}
 		fi
 	fi
 	exit "$rc"

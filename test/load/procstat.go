@@ -11,13 +11,17 @@ import (
 // ABI Go supports.
 const clockTicks = 100
 
-// watched is one process whose CPU time a run reports.
+// watched is one process whose CPU time a run reports, with its
+// descendants when tree is set.
 type watched struct {
 	name string
 	pid  int
+	tree bool
 }
 
-// parseWatch reads "name:pid,name:pid".
+// parseWatch reads "name:pid,name:pid+": a pid with a + counts the
+// process and every descendant, for a server such as PostgreSQL that
+// works in child processes (its backends).
 func parseWatch(spec string) ([]watched, error) {
 	var out []watched
 	for _, part := range strings.Split(spec, ",") {
@@ -26,11 +30,12 @@ func parseWatch(spec string) ([]watched, error) {
 			continue
 		}
 		name, pid, ok := strings.Cut(part, ":")
+		pid, tree := strings.CutSuffix(pid, "+")
 		n, err := strconv.Atoi(pid)
 		if !ok || name == "" || err != nil || n < 1 || reservedCPUName[name] {
-			return nil, fmt.Errorf("-watch %q: want name:pid,... (names other than load, machine, irq, steal, other)", part)
+			return nil, fmt.Errorf("-watch %q: want name:pid,... or name:pid+ for a process and its descendants (names other than load, machine, irq, steal, other)", part)
 		}
-		out = append(out, watched{name, n})
+		out = append(out, watched{name, n, tree})
 	}
 	return out, nil
 }
@@ -50,7 +55,11 @@ func sampleCPU(ws []watched) cpuSample {
 		s["load"] = t
 	}
 	for _, w := range ws {
-		if t, ok := procTicks("/proc/" + strconv.Itoa(w.pid) + "/stat"); ok {
+		if w.tree {
+			if t, ok := treeTicks(w.pid); ok {
+				s[w.name] = t
+			}
+		} else if t, ok := procTicks("/proc/" + strconv.Itoa(w.pid) + "/stat"); ok {
 			s[w.name] = t
 		}
 	}
@@ -87,26 +96,86 @@ func (s cpuSample) since(before cpuSample) map[string]float64 {
 
 // procTicks returns utime+stime of a /proc/PID/stat file.
 func procTicks(path string) (int64, bool) {
+	st, ok := readStat(path)
+	return st.utime + st.stime, ok
+}
+
+// procStat is what a /proc/PID/stat file says of a process's CPU time:
+// its own (utime, stime) and that of its children it has waited for
+// (cutime, cstime), in clock ticks.
+type procStat struct {
+	ppid                         int
+	utime, stime, cutime, cstime int64
+}
+
+func readStat(path string) (procStat, bool) {
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return 0, false
+		return procStat{}, false
 	}
 	// The command name (field 2) is in parentheses and may hold spaces.
 	i := strings.LastIndexByte(string(b), ')')
 	if i < 0 {
-		return 0, false
+		return procStat{}, false
 	}
 	f := strings.Fields(string(b[i+1:]))
-	// f[0] is field 3 (state); utime and stime are fields 14 and 15.
-	if len(f) < 13 {
+	// f[0] is field 3 (state), f[1] field 4 (ppid); utime, stime, cutime
+	// and cstime are fields 14 to 17.
+	if len(f) < 15 {
+		return procStat{}, false
+	}
+	var v [5]int64
+	for j, k := range []int{1, 11, 12, 13, 14} {
+		if v[j], err = strconv.ParseInt(f[k], 10, 64); err != nil {
+			return procStat{}, false
+		}
+	}
+	return procStat{ppid: int(v[0]), utime: v[1], stime: v[2], cutime: v[3], cstime: v[4]}, true
+}
+
+// treeTicks returns the CPU ticks of pid and its descendants: each one's
+// own and its waited-for children's, so that a child that exits between
+// two samples stays counted (in its parent's cutime, once reaped).
+func treeTicks(pid int) (int64, bool) {
+	stats := allStats()
+	if _, ok := stats[pid]; !ok {
 		return 0, false
 	}
-	u, err1 := strconv.ParseInt(f[11], 10, 64)
-	st, err2 := strconv.ParseInt(f[12], 10, 64)
-	if err1 != nil || err2 != nil {
-		return 0, false
+	var total int64
+	for _, p := range descendants(stats, pid) {
+		st := stats[p]
+		total += st.utime + st.stime + st.cutime + st.cstime
 	}
-	return u + st, true
+	return total, true
+}
+
+// allStats reads /proc/PID/stat of every process.
+func allStats() map[int]procStat {
+	out := map[int]procStat{}
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if st, ok := readStat("/proc/" + e.Name() + "/stat"); ok {
+			out[pid] = st
+		}
+	}
+	return out
+}
+
+// descendants returns pid and, from stats, every process below it.
+func descendants(stats map[int]procStat, pid int) []int {
+	children := map[int][]int{}
+	for p, st := range stats {
+		children[st.ppid] = append(children[st.ppid], p)
+	}
+	out := []int{pid}
+	for i := 0; i < len(out); i++ {
+		out = append(out, children[out[i]]...)
+	}
+	return out
 }
 
 // machineTicks returns, from the first line of /proc/stat, the ticks all

@@ -16,10 +16,12 @@ import (
 	"strings"
 )
 
-// Labels run.sh gives the two targets; the report compares them.
+// Labels run.sh gives the targets; the report compares them. The
+// PostgreSQL instance is the same server on the PostgreSQL store.
 const (
 	labelReplayguard = "replayguard"
 	labelBaseline    = "baseline"
+	labelPostgres    = "replayguard-postgres"
 )
 
 // Targets of the benchmark contract.
@@ -76,6 +78,7 @@ func report(args []string, w io.Writer) error {
 	b.WriteString("Load, rounds merged (successes over total time; percentiles over every request of every round):\n\n")
 	writeMergedTable(&b, mergeRuns(runs))
 	writeRatios(&b, mergeRuns(runs))
+	writeStores(&b, mergeRuns(runs))
 	failed := writeTargets(&b, runs, benches)
 	if len(rb) > 0 {
 		writeRedisTable(&b, rb)
@@ -185,14 +188,14 @@ func mergeRuns(runs []summary) []*merged {
 	return out
 }
 
-// cpuPerOK is the CPU time, in µs, that the server, Redis, the load
-// program and interrupts used per success: what a success costs the
-// machine, whatever other processes took meanwhile.
+// cpuPerOK is the CPU time, in µs, that the server, its store (Redis or
+// PostgreSQL), the load program and interrupts used per success: what a
+// success costs the machine, whatever other processes took meanwhile.
 func (m *merged) cpuPerOK() float64 {
 	if m.ok == 0 {
 		return 0
 	}
-	return (m.cpu["server"] + m.cpu["redis"] + m.cpu["load"] + m.cpu["irq"]) / float64(m.ok) * 1e6
+	return (m.cpu["server"] + m.cpu["redis"] + m.cpu["postgres"] + m.cpu["load"] + m.cpu["irq"]) / float64(m.ok) * 1e6
 }
 
 // otherShare is the share of the machine that other processes took.
@@ -214,7 +217,7 @@ func find(ms []*merged, label, mode string) *merged {
 }
 
 func writeRunTable(b *bytes.Buffer, runs []summary) {
-	b.WriteString("| target | mode | workers | seconds | successes/s | requests/s | p50 ms | p90 ms | p99 ms | p99.9 ms | max ms | non-2xx | 5xx | errors | CPU s: server / redis / load / irq / other / steal | server CPU µs per success | other processes' share of the machine |\n")
+	b.WriteString("| target | mode | workers | seconds | successes/s | requests/s | p50 ms | p90 ms | p99 ms | p99.9 ms | max ms | non-2xx | 5xx | errors | CPU s: server / store (Redis or PostgreSQL) / load / irq / other / steal | server CPU µs per success | other processes' share of the machine |\n")
 	b.WriteString("|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|--:|--:|\n")
 	for _, r := range runs {
 		fmt.Fprintf(b, "| %s | %s | %d | %.1f | %.0f | %.0f | %.2f | %.2f | %.2f | %.2f | %.2f | %d | %d | %d | %s | %s | %s |\n",
@@ -225,7 +228,7 @@ func writeRunTable(b *bytes.Buffer, runs []summary) {
 }
 
 func writeMergedTable(b *bytes.Buffer, ms []*merged) {
-	b.WriteString("| target | mode | rounds | seconds | successes/s (each round) | p50 ms | p90 ms | p99 ms | p99.9 ms | max ms | non-2xx | 5xx | errors | server CPU µs per success | all CPU µs per success (server + Redis + load + irq) | other processes' share of the machine |\n")
+	b.WriteString("| target | mode | rounds | seconds | successes/s (each round) | p50 ms | p90 ms | p99 ms | p99.9 ms | max ms | non-2xx | 5xx | errors | server CPU µs per success | all CPU µs per success (server + store + load + irq) | other processes' share of the machine |\n")
 	b.WriteString("|---|---|--:|--:|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n")
 	for _, m := range ms {
 		var each []string
@@ -283,6 +286,41 @@ func writeRatios(b *bytes.Buffer, ms []*merged) {
 	b.WriteString("\n")
 }
 
+// writeStores compares token issue+redeem pairs on the PostgreSQL store
+// (labelPostgres) with the same server on Redis (labelReplayguard), run
+// in the same rounds (issue 11 §5).
+func writeStores(b *bytes.Buffer, ms []*merged) {
+	redis, pg := find(ms, labelReplayguard, "pairs"), find(ms, labelPostgres, "pairs")
+	if redis == nil || pg == nil {
+		return
+	}
+	b.WriteString("Token issue+redeem pairs by store (the same server build, in the same rounds):\n\n")
+	b.WriteString("| store | target | pairs/s (each round) | p50 ms | p99 ms | pairs/s against Redis | p99 against Redis | all CPU µs per pair (server + store + load + irq) |\n|---|---|---|--:|--:|--:|--:|--:|\n")
+	for _, row := range []struct {
+		store string
+		m     *merged
+	}{{"Redis", redis}, {"PostgreSQL", pg}} {
+		m := row.m
+		var each []string
+		for _, v := range m.roundOKPerS {
+			each = append(each, fmt.Sprintf("%.0f", v))
+		}
+		ratio, p99, cpu := "n/a", "n/a", "n/a"
+		if redis.okPerS > 0 {
+			ratio = fmt.Sprintf("%.0f%%", m.okPerS/redis.okPerS*100)
+		}
+		if redis.p99 > 0 {
+			p99 = fmt.Sprintf("%.2f×", m.p99/redis.p99)
+		}
+		if v := m.cpuPerOK(); v > 0 {
+			cpu = fmt.Sprintf("%.0f", v)
+		}
+		fmt.Fprintf(b, "| %s | %s | **%.0f** (%s) | %.2f | %.2f | %s | %s | %s |\n",
+			row.store, m.label, m.okPerS, strings.Join(each, ", "), m.p50, m.p99, ratio, p99, cpu)
+	}
+	b.WriteString("\n")
+}
+
 // perSuccess is the server's CPU time per success, in µs.
 func perSuccess(cpu map[string]float64, ok int64) string {
 	if c, found := cpu["server"]; found && ok > 0 {
@@ -311,7 +349,11 @@ func cpuCell(c map[string]float64) string {
 		}
 		return "-"
 	}
-	return cell("server") + " / " + cell("redis") + " / " + cell("load") + " / " + cell("irq") + " / " + cell("other") + " / " + cell("steal")
+	store := "redis"
+	if _, ok := c["postgres"]; ok {
+		store = "postgres"
+	}
+	return cell("server") + " / " + cell(store) + " / " + cell("load") + " / " + cell("irq") + " / " + cell("other") + " / " + cell("steal")
 }
 
 func passMiss(ok bool) string {

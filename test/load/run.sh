@@ -16,8 +16,12 @@
 #      what else the machine is doing falls on both sides of every
 #      comparison alike; with VARIANTS=1 (default) a second Replayguard
 #      with per-request logging off runs pairs and forged in the same
-#      rounds;
-#   4. the report: tables and target pass/miss (load report).
+#      rounds; with POSTGRES=1 (default) a third Replayguard, on the
+#      PostgreSQL store of a private PostgreSQL cluster, runs pairs in the
+#      same rounds (label replayguard-postgres);
+#   4. the report: tables and target pass/miss (load report), with the
+#      PostgreSQL instance's pairs/s, p99 and their ratios to the Redis
+#      instance's (issue 11 §5).
 # Every process it starts is stopped by pid at exit, pass or fail. Traffic
 # goes to 127.0.0.1 only.
 #
@@ -40,6 +44,25 @@
 #   VARIANTS=0     skip the extra Replayguard instance with per-request
 #                  logging off (REPLAYGUARD_LOG_LEVEL=warn), label
 #                  replayguard-quiet, measured in the same rounds
+#   POSTGRES=0     skip the Replayguard instance on PostgreSQL, label
+#                  replayguard-postgres. With POSTGRES=1 (default) the
+#                  script needs PostgreSQL's server programs (initdb on
+#                  PATH or Debian's /usr/lib/postgresql/*/bin: apt-get
+#                  install postgresql) and makes its own cluster with
+#                  initdb in a temp dir (as the postgres user when run as
+#                  root), on a free loopback port, stopped by pid at exit
+#                  (internal/testenv/postgres.sh, as CI does). It runs
+#                  with PostgreSQL's defaults: fsync and synchronous_commit
+#                  on, so each redeem waits for a WAL flush, where the
+#                  run's Redis persists nothing
+#   POSTGRES_SETTINGS="synchronous_commit=off"  server settings for that
+#                  cluster (postgres -c name=value, space-separated)
+#   POSTGRES_URL_OPTIONS="&pool_max_conns=16"  appended to the instance's
+#                  REPLAYGUARD_POSTGRES_URL (pgx pool settings); without
+#                  it the pool has pgx's default size, max(4, CPUs)
+#   MODES="pairs"  run only the load runs of these modes (space-separated;
+#                  pairs forged noop verify redeem), for a quick check
+#   MICRO=0        skip the Go benchmarks and redis-benchmark (steps 1, 2)
 #   NICE=-10       priority of the run on a shared machine: the script
 #                  re-runs itself in a session of its own (setsid) and sets
 #                  that session's autogroup niceness (and each process's)
@@ -58,6 +81,8 @@ SCRIPT=test/load/run.sh
 TOOLS="go redis-server redis-cli redis-benchmark curl"
 # shellcheck source=test/load/lib.sh
 . test/load/lib.sh
+# shellcheck source=internal/testenv/postgres.sh
+. internal/testenv/postgres.sh
 load_session "$@"
 
 DURATION=${DURATION:-2.5s}
@@ -69,8 +94,16 @@ PROFILE=${PROFILE:-0}
 KEEP=${KEEP:-0}
 REV=${REV:-}
 VARIANTS=${VARIANTS:-1}
+POSTGRES=${POSTGRES:-1}
+POSTGRES_SETTINGS=${POSTGRES_SETTINGS:-}
+POSTGRES_URL_OPTIONS=${POSTGRES_URL_OPTIONS:-}
+MODES=${MODES:-}
+MICRO=${MICRO:-1}
 
 load_setup
+if [[ "$POSTGRES" == 1 ]]; then
+	PG_BIN=$(pg_bin) || die "PostgreSQL's initdb not found (looked on PATH and in /usr/lib/postgresql/*/bin): apt-get install postgresql, or POSTGRES=0"
+fi
 
 section machine
 echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
@@ -80,6 +113,9 @@ echo "memory: $(awk '/MemTotal/ {printf "%.1f GiB", $2/1048576}' /proc/meminfo)"
 echo "kernel: $(uname -r)"
 echo "go: $(go version)"
 echo "redis: $(redis-server --version)"
+if [[ "$POSTGRES" == 1 ]]; then
+	echo "postgresql: $("$PG_BIN/postgres" --version)"
+fi
 if [[ -n "$REV" ]]; then
 	echo "source: commit $(git rev-parse --short "$REV^{commit}") ($REV, git archive; test/load from the work tree)"
 	SRC="$WORK/src"
@@ -121,54 +157,75 @@ done
 echo "redis-server on 127.0.0.1:$REDIS_PORT (pid $REDIS_PID): --save '' --appendonly no"
 rcli() { redis-cli -h 127.0.0.1 -p "$REDIS_PORT" "$@"; }
 
-section "go benchmarks"
-# Benchmarks that can use a Redis (token's BenchmarkStores, store/redis)
-# use the run's own, database 2.
-export REPLAYGUARD_TEST_REDIS_URL="redis://127.0.0.1:$REDIS_PORT/2"
-echo "REPLAYGUARD_TEST_REDIS_URL=$REPLAYGUARD_TEST_REDIS_URL"
-echo '$ go test -run XXX -bench . ./token/ ./store/memory/'
-N go test -run XXX -bench . ./token/ ./store/memory/ | tee "$WORK/gobench.txt"
-echo '$ go test -run XXX -bench BenchmarkRedeemParallel ./store/memory/'
-N go test -run XXX -bench BenchmarkRedeemParallel ./store/memory/ | tee "$WORK/gobench-mem.txt"
-GOBENCH="$WORK/gobench.txt,$WORK/gobench-mem.txt"
-if grep -qs '^func Benchmark' store/redis/*_test.go; then
-	echo '$ go test -run XXX -bench . ./store/redis/'
-	N go test -run XXX -bench . ./store/redis/ | tee "$WORK/gobench-redis.txt"
-	GOBENCH+=",$WORK/gobench-redis.txt"
-else
-	echo "store/redis has no benchmarks"
+if [[ "$POSTGRES" == 1 ]]; then
+	section postgres
+	PG_DIR=$(mktemp -d /tmp/replayguard-load-pg-XXXXXX)
+	TMPDIRS+=("$PG_DIR")
+	pg_settings=()
+	for kv in $POSTGRES_SETTINGS; do
+		pg_settings+=(-c "$kv")
+	done
+	PG_NICE=$NICE pg_start "$PG_BIN" "$PG_DIR" ${pg_settings[@]+"${pg_settings[@]}"}
+	PG_URL="postgres://postgres@127.0.0.1:$PG_PORT/postgres?sslmode=disable$POSTGRES_URL_OPTIONS"
+	echo "postgres on 127.0.0.1:$PG_PORT (pid $PG_PID, dir $PG_DIR): ${POSTGRES_SETTINGS:-the default settings}"
+	echo "its settings: $("$PG_BIN/psql" -X -A -t -h 127.0.0.1 -p "$PG_PORT" -U postgres -d postgres \
+		-c "SELECT string_agg(name || '=' || setting, ' ' ORDER BY name) FROM pg_settings WHERE name IN ('fsync','synchronous_commit','full_page_writes','shared_buffers','max_connections','wal_level')" 2>/dev/null || echo unknown)"
 fi
-if grep -qs '^func BenchmarkVerify' replay/*_test.go; then
-	echo '$ go test -run XXX -bench BenchmarkVerify ./replay/'
-	N go test -run XXX -bench BenchmarkVerify ./replay/ | tee "$WORK/gobench-replay.txt"
-	GOBENCH+=",$WORK/gobench-replay.txt"
-else
-	echo "replay has no BenchmarkVerify"
-fi
-unset REPLAYGUARD_TEST_REDIS_URL
-rcli flushall >/dev/null
 
-section redis-benchmark
-RB="$WORK/redisbench.txt"
-rb() { N redis-benchmark -h 127.0.0.1 -p "$REDIS_PORT" "$@" | tr '\r' '\n' | grep 'requests per second' | tee -a "$RB"; }
-rb -n 200000 -q -t set,get
-rb -n 200000 -r 100000 -q SET 'rb:{__rand_int__}' x NX EX 300
-before=$(rcli dbsize)
-rb -n 200000 -r 100000 -q GETDEL 'rb:{__rand_int__}'
-after=$(rcli dbsize)
-echo "# GETDEL: $((before - after)) of 200000 calls found and deleted a key ($before keys before), the rest missed" | tee -a "$RB"
-rcli flushall >/dev/null
-rb -n 200000 -r 100000 -q SET 'rb:{__rand_int__}' x NX EX 300 >/dev/null
-SHA=$(rcli script load "$(cat store/redis/redeem.lua)")
-before=$(rcli dbsize)
-# KEYS[2] is the token's record key, which no token here has. ARGV[3]
-# (owner) and ARGV[4] (lease) are empty and 0: redeem without a record.
-# Scripts from before issue 9 take two ARGV and ignore the rest.
-rb -n 200000 -r 100000 -q EVALSHA "$SHA" 2 'rb:{__rand_int__}' 'rb:{__rand_int__}t' x x '' 0
-after=$(rcli dbsize)
-echo "# EVALSHA runs store/redis/redeem.lua (sha $SHA): $((before - after)) of 200000 calls redeemed a key ($before keys before), the rest found none" | tee -a "$RB"
-echo "# redis-benchmark: 50 clients, no pipelining; -r 100000 random keys" | tee -a "$RB"
-rcli flushall >/dev/null
+if [[ "$MICRO" == 1 ]]; then
+	section "go benchmarks"
+	# Benchmarks that can use a Redis (token's BenchmarkStores, store/redis)
+	# use the run's own, database 2.
+	export REPLAYGUARD_TEST_REDIS_URL="redis://127.0.0.1:$REDIS_PORT/2"
+	echo "REPLAYGUARD_TEST_REDIS_URL=$REPLAYGUARD_TEST_REDIS_URL"
+	echo '$ go test -run XXX -bench . ./token/ ./store/memory/'
+	N go test -run XXX -bench . ./token/ ./store/memory/ | tee "$WORK/gobench.txt"
+	echo '$ go test -run XXX -bench BenchmarkRedeemParallel ./store/memory/'
+	N go test -run XXX -bench BenchmarkRedeemParallel ./store/memory/ | tee "$WORK/gobench-mem.txt"
+	GOBENCH="$WORK/gobench.txt,$WORK/gobench-mem.txt"
+	if grep -qs '^func Benchmark' store/redis/*_test.go; then
+		echo '$ go test -run XXX -bench . ./store/redis/'
+		N go test -run XXX -bench . ./store/redis/ | tee "$WORK/gobench-redis.txt"
+		GOBENCH+=",$WORK/gobench-redis.txt"
+	else
+		echo "store/redis has no benchmarks"
+	fi
+	if grep -qs '^func BenchmarkVerify' replay/*_test.go; then
+		echo '$ go test -run XXX -bench BenchmarkVerify ./replay/'
+		N go test -run XXX -bench BenchmarkVerify ./replay/ | tee "$WORK/gobench-replay.txt"
+		GOBENCH+=",$WORK/gobench-replay.txt"
+	else
+		echo "replay has no BenchmarkVerify"
+	fi
+	unset REPLAYGUARD_TEST_REDIS_URL
+	rcli flushall >/dev/null
+
+	section redis-benchmark
+	RB="$WORK/redisbench.txt"
+	rb() { N redis-benchmark -h 127.0.0.1 -p "$REDIS_PORT" "$@" | tr '\r' '\n' | grep 'requests per second' | tee -a "$RB"; }
+	rb -n 200000 -q -t set,get
+	rb -n 200000 -r 100000 -q SET 'rb:{__rand_int__}' x NX EX 300
+	before=$(rcli dbsize)
+	rb -n 200000 -r 100000 -q GETDEL 'rb:{__rand_int__}'
+	after=$(rcli dbsize)
+	echo "# GETDEL: $((before - after)) of 200000 calls found and deleted a key ($before keys before), the rest missed" | tee -a "$RB"
+	rcli flushall >/dev/null
+	rb -n 200000 -r 100000 -q SET 'rb:{__rand_int__}' x NX EX 300 >/dev/null
+	SHA=$(rcli script load "$(cat store/redis/redeem.lua)")
+	before=$(rcli dbsize)
+	# KEYS[2] is the token's record key, which no token here has. ARGV[3]
+	# (owner) and ARGV[4] (lease) are empty and 0: redeem without a record.
+	# Scripts from before issue 9 take two ARGV and ignore the rest.
+	rb -n 200000 -r 100000 -q EVALSHA "$SHA" 2 'rb:{__rand_int__}' 'rb:{__rand_int__}t' x x '' 0
+	after=$(rcli dbsize)
+	echo "# EVALSHA runs store/redis/redeem.lua (sha $SHA): $((before - after)) of 200000 calls redeemed a key ($before keys before), the rest found none" | tee -a "$RB"
+	echo "# redis-benchmark: 50 clients, no pipelining; -r 100000 random keys" | tee -a "$RB"
+	rcli flushall >/dev/null
+else
+	echo
+	echo "MICRO=0: no Go benchmarks, no redis-benchmark"
+	GOBENCH= RB=
+fi
 
 section servers
 free_port || die "no free port"
@@ -230,6 +287,31 @@ if [[ "$VARIANTS" == 1 ]]; then
 		"replayguard-quiet forged $RQ_PORT $RQ_PID"
 	)
 fi
+# The store process each target's runs watch: the PostgreSQL instance's
+# is the postmaster with its backends (+), the others' the run's Redis.
+declare -A STORE_WATCH=()
+if [[ "$POSTGRES" == 1 ]]; then
+	# The same server on the PostgreSQL store: its own machine ID; it
+	# migrates the empty cluster's database at start.
+	free_port || die "no free port"
+	RP_PORT=$FREE_PORT
+	nice -n "$NICE" env -i PATH="$PATH" HOME="${HOME:-/root}" \
+		REPLAYGUARD_ADDR="127.0.0.1:$RP_PORT" \
+		REPLAYGUARD_ISSUE_RATE=0 \
+		REPLAYGUARD_POSTGRES_URL="$PG_URL" \
+		REPLAYGUARD_SIGNING_KEYS="$SIGNING_KEYS" \
+		REPLAYGUARD_MACHINE_ID=3 \
+		"$WORK/server" >"$WORK/server-postgres.log" 2>&1 &
+	RP_PID=$!
+	PIDS+=("$RP_PID")
+	wait_http "http://127.0.0.1:$RP_PORT/readyz" GET 200 "$RP_PID" || die "replayguard-postgres did not get ready: $(tail -5 "$WORK/server-postgres.log")"
+	echo "replayguard-postgres on 127.0.0.1:$RP_PORT (pid $RP_PID): the same on REPLAYGUARD_POSTGRES_URL=$PG_URL, REPLAYGUARD_MACHINE_ID=3"
+	STORE_WATCH[replayguard-postgres]="postgres:$PG_PID+"
+	PLAN+=("replayguard-postgres pairs $RP_PORT $RP_PID")
+	PROFILED+=("$((${#PLAN[@]} - 1))")
+fi
+# wanted MODE: MODES is unset or lists MODE.
+wanted() { [[ -z "$MODES" || " $MODES " == *" $1 "* ]]; }
 
 section load
 RUNS="$WORK/runs.jsonl"
@@ -240,17 +322,27 @@ load() {
 	echo "\$ load -url http://127.0.0.1:$port -label $label -mode $mode -workers $WORKERS -duration $DURATION $*"
 	N "$WORK/load" -url "http://127.0.0.1:$port" -label "$label" -mode "$mode" \
 		-workers "$WORKERS" -duration "$DURATION" "$@" \
-		-watch "server:$pid,redis:$REDIS_PID" -json "$RUNS" || UNCLEAN=$((UNCLEAN + 1))
+		-watch "server:$pid,${STORE_WATCH[$label]:-redis:$REDIS_PID}" -json "$RUNS" || UNCLEAN=$((UNCLEAN + 1))
 	echo
 }
+# The plan's entries whose mode MODES selects.
+SELECTED=()
+for ((i = 0; i < ${#PLAN[@]}; i++)); do
+	# shellcheck disable=SC2086 # the plan's fields are words
+	set -- ${PLAN[$i]}
+	if wanted "$2"; then
+		SELECTED+=("$i")
+	fi
+done
+((${#SELECTED[@]} > 0)) || die "MODES=$MODES selects none of the load runs"
 for ((round = 1; round <= ROUNDS; round++)); do
 	echo "-- round $round of $ROUNDS"
 	order=()
-	for ((i = 0; i < ${#PLAN[@]}; i++)); do
+	for ((j = 0; j < ${#SELECTED[@]}; j++)); do
 		if ((round % 2 == 1)); then
-			order+=("$i")
+			order+=("${SELECTED[j]}")
 		else
-			order+=("$((${#PLAN[@]} - 1 - i))")
+			order+=("${SELECTED[${#SELECTED[@]} - 1 - j]}")
 		fi
 	done
 	for i in "${order[@]}"; do
@@ -260,6 +352,9 @@ for ((round = 1; round <= ROUNDS; round++)); do
 done
 echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "replayguard log: $(wc -l <"$WORK/server.log") lines, $(grep -c '"level":"ERROR"' "$WORK/server.log" || true) at level ERROR"
+if [[ "$POSTGRES" == 1 ]]; then
+	echo "replayguard-postgres log: $(wc -l <"$WORK/server-postgres.log") lines, $(grep -c '"level":"ERROR"' "$WORK/server-postgres.log" || true) at level ERROR"
+fi
 
 section report
 "$WORK/load" report -runs "$RUNS" -gobench "$GOBENCH" -redisbench "$RB" | tee "$WORK/report.md"
@@ -274,6 +369,7 @@ if [[ "$PROFILE" == 1 ]]; then
 		set -- ${PLAN[$i]}
 		label=$1 mode=$2 port=$3 pid=$4
 		shift 4
+		wanted "$mode" || continue
 		# The report's name of the mode: verify/hmac for -mode verify -alg hmac.
 		name=$mode
 		if [[ " $* " =~ " -alg "([a-z0-9]+)" " ]]; then
@@ -289,7 +385,7 @@ if [[ "$PROFILE" == 1 ]]; then
 		# neither signing nor issuing is profiled.
 		profile_run "$pid" "$file" "$label $name: top symbols by inclusive share of server CPU" \
 			-url "http://127.0.0.1:$port" -label "$label" -mode "$mode" -workers "$WORKERS" "$@" "${extra[@]}" \
-			-watch "server:$pid,redis:$REDIS_PID" -json "$PRUNS"
+			-watch "server:$pid,${STORE_WATCH[$label]:-redis:$REDIS_PID}" -json "$PRUNS"
 		SPLIT+=("$label:$name=$file.txt")
 	done
 	# Shares come from the profiles; µs from the measured (unprofiled) runs'
