@@ -21,14 +21,10 @@ func TestHeartbeatPanicGoesToTheHandlerFirst(t *testing.T) {
 		st := hookStore{newMemory(t, nil), func(bool, error) { panic("renew panics") }}
 		k := idempotency.New(st, idempotency.WithLockTTL(30*time.Millisecond),
 			idempotency.WithPanicHandler(func(v any) { fmt.Printf("handler saw: %v\n", v) }))
-		run, _, err := k.Start(context.Background(), "k", "fp")
-		if err != nil {
+		if _, _, err := k.Start(context.Background(), "k", "fp"); err != nil {
 			t.Fatal(err)
 		}
-		select { // the heartbeat panics within 10ms
-		case <-run.Lost():
-		case <-time.After(10 * time.Second):
-		}
+		<-time.After(10 * time.Second) // the heartbeat panics within 10ms and ends the process
 		t.Fatal("the heartbeat did not panic")
 	}
 	cmd := exec.Command(os.Args[0], "-test.run=^TestHeartbeatPanicGoesToTheHandlerFirst$", "-test.count=1")
