@@ -91,7 +91,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, out io.
 	}
 	logs := newLogWriter(out, 100*time.Millisecond)
 	defer logs.Close()
-	log := slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: cfg.LogLevel}))
+	log := slog.New(newFastJSONHandler(logs, cfg.LogLevel))
 	// A panic in a goroutine ends the process without running any other
 	// goroutine's deferred calls, logs.Close among them: every goroutine
 	// the server starts, and the Keeper's heartbeats, log it and flush
