@@ -8,7 +8,8 @@ import (
 	"strconv"
 	"sync"
 	"time"
-	"unicode/utf8"
+
+	"github.com/replayguard/replayguard/internal/jsonw"
 )
 
 // fastJSONHandler writes the same lines as slog.JSONHandler, byte for
@@ -58,16 +59,16 @@ func (h *fastJSONHandler) Handle(ctx context.Context, r slog.Record) error {
 		b = append(b, `",`...)
 	}
 	b = append(b, `"level":"`...)
-	b = appendJSONString(b, r.Level.String())
+	b = jsonw.String(b, r.Level.String())
 	b = append(b, `","msg":"`...)
-	b = appendJSONString(b, r.Message)
+	b = jsonw.String(b, r.Message)
 	b = append(b, '"')
 	r.Attrs(func(a slog.Attr) bool {
 		if a.Equal(slog.Attr{}) {
 			return true // JSONHandler drops empty attributes
 		}
 		b = append(b, `,"`...)
-		b = appendJSONString(b, a.Key)
+		b = jsonw.String(b, a.Key)
 		b = append(b, `":`...)
 		b = appendValue(b, a.Value)
 		return true
@@ -100,7 +101,7 @@ func appendValue(b []byte, v slog.Value) []byte {
 	switch v.Kind() {
 	case slog.KindString:
 		b = append(b, '"')
-		b = appendJSONString(b, v.String())
+		b = jsonw.String(b, v.String())
 		return append(b, '"')
 	case slog.KindInt64:
 		return strconv.AppendInt(b, v.Int64(), 10)
@@ -115,75 +116,7 @@ func appendValue(b []byte, v slog.Value) []byte {
 		b = v.Time().AppendFormat(b, time.RFC3339Nano)
 		return append(b, '"')
 	case slog.KindFloat64:
-		return appendJSONFloat(b, v.Float64())
+		return jsonw.Float(b, v.Float64())
 	}
 	panic("unreachable: fastKind admitted " + v.Kind().String())
-}
-
-// appendJSONFloat appends f as encoding/json writes a float64 (f is
-// finite).
-func appendJSONFloat(b []byte, f float64) []byte {
-	format := byte('f')
-	if abs := math.Abs(f); abs != 0 && (abs < 1e-6 || abs >= 1e21) {
-		format = 'e'
-	}
-	b = strconv.AppendFloat(b, f, format, -1, 64)
-	if format == 'e' {
-		// clean up e-09 to e-9
-		n := len(b)
-		if n >= 4 && b[n-4] == 'e' && b[n-3] == '-' && b[n-2] == '0' {
-			b[n-2] = b[n-1]
-			b = b[:n-1]
-		}
-	}
-	return b
-}
-
-const hexDigits = "0123456789abcdef"
-
-// appendJSONString appends s escaped as JSONHandler escapes strings,
-// without the quotes: ", \ and control characters escaped, invalid UTF-8
-// as \ufffd, U+2028 and U+2029 escaped, HTML characters as they are.
-func appendJSONString(b []byte, s string) []byte {
-	start := 0
-	for i := 0; i < len(s); {
-		c := s[i]
-		if c < utf8.RuneSelf {
-			if c >= 0x20 && c != '"' && c != '\\' {
-				i++
-				continue
-			}
-			b = append(b, s[start:i]...)
-			switch c {
-			case '"', '\\':
-				b = append(b, '\\', c)
-			case '\n':
-				b = append(b, '\\', 'n')
-			case '\r':
-				b = append(b, '\\', 'r')
-			case '\t':
-				b = append(b, '\\', 't')
-			default:
-				b = append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xF])
-			}
-			i++
-			start = i
-			continue
-		}
-		r, size := utf8.DecodeRuneInString(s[i:])
-		switch {
-		case r == utf8.RuneError && size == 1:
-			b = append(b, s[start:i]...)
-			b = append(b, `\ufffd`...)
-		case r == '\u2028' || r == '\u2029':
-			b = append(b, s[start:i]...)
-			b = append(b, '\\', 'u', '2', '0', '2', hexDigits[r&0xF])
-		default:
-			i += size
-			continue
-		}
-		i += size
-		start = i
-	}
-	return append(b, s[start:]...)
 }
