@@ -229,6 +229,19 @@ func TestIdempotentScenarios(t *testing.T) {
 			},
 		},
 		{
+			name: "a JSON body that is not Unicode text is refused before anything runs",
+			steps: []step{
+				{"a lone high surrogate", req{body: `{"a":"\ud800"}`}, 400, "invalid_request", false, 0, "lone surrogate"},
+				{"another lone high surrogate", req{body: `{"a":"\udbff"}`}, 400, "invalid_request", false, 0, "lone surrogate"},
+				{"a lone low surrogate in a name", req{body: `{"\udc00":1}`}, 400, "invalid_request", false, 0, "lone surrogate"},
+				{"a raw 0xff", req{body: "{\"a\":\"\xff\"}"}, 400, "invalid_request", false, 0, "UTF-8"},
+				{"a raw 0xfe", req{body: "{\"a\":\"\xfe\"}"}, 400, "invalid_request", false, 0, "UTF-8"},
+				{"a surrogate pair is a character", req{body: `{"a":"\ud83d\ude00"}`}, 201, "", false, 1, ""},
+				{"and the same character as UTF-8 is the same request", req{body: `{"a":"😀"}`}, 201, "", true, 1, ""},
+				{"an escaped backslash is no escape", req{keys: []string{`"k2"`}, body: `{"a":"\\ud800"}`}, 201, "", false, 2, ""},
+			},
+		},
+		{
 			name: "form bodies are compared in canonical order",
 			steps: []step{
 				{"first", req{body: formA, ctype: "application/x-www-form-urlencoded"}, 201, "", false, 1, ""},
@@ -736,6 +749,11 @@ func TestIdempotentFingerprintMode(t *testing.T) {
 				{step{"after the window it runs again", req{noKey: true, body: body}, 201, "", false, 4, `"run":4`}, time.Millisecond},
 				{step{"a keyed request uses its key", req{body: body}, 201, "", false, 5, `"run":5`}, 0},
 				{step{"whose record outlives the window", req{body: body}, 201, "", true, 5, `"run":5`}, time.Hour},
+				// Each would be read as {"a":"\uFFFD"} by the canonical form.
+				{step{"a lone surrogate is refused", req{noKey: true, body: `{"a":"\ud800"}`}, 400, "invalid_request", false, 5, ""}, 0},
+				{step{"and so is another", req{noKey: true, body: `{"a":"\udbff"}`}, 400, "invalid_request", false, 5, ""}, 0},
+				{step{"a raw 0xff is refused", req{noKey: true, body: "{\"a\":\"\xff\"}"}, 400, "invalid_request", false, 5, ""}, 0},
+				{step{"and so is a raw 0xfe", req{noKey: true, body: "{\"a\":\"\xfe\"}"}, 400, "invalid_request", false, 5, ""}, 0},
 			}
 			for _, s := range steps {
 				clk.Advance(s.advance)
