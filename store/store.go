@@ -227,7 +227,9 @@ type Record struct {
 }
 
 // Usage is what a bounded store holds against its bounds (see Usager).
-// Records count among the entries too.
+// Records are the idempotency records (Acquire's) among the entries,
+// which a store may bound apart (the memory store keeps them to half);
+// tokens' records (Redeem's) count with the tokens.
 type Usage struct {
 	Entries, MaxEntries, Bytes, MaxBytes             int64
 	Records, MaxRecords, RecordBytes, MaxRecordBytes int64

@@ -26,7 +26,7 @@ func TestOneCallerCannotFillTheMemoryStore(t *testing.T) {
 	}))
 	t.Cleanup(app.Close)
 	routes := filepath.Join(t.TempDir(), "routes.yaml")
-	if err := os.WriteFile(routes, []byte("routes:\n  - match: \"POST /orders\"\n    policy: idempotency_key\n    required: true\n"), 0o600); err != nil {
+	if err := os.WriteFile(routes, []byte("routes:\n  - match: \"POST /orders\"\n    policy: idempotency_key\n    required: true\n  - {match: \"POST /checkout\", policy: token, purpose: checkout}\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	base := startGateway(t,
@@ -77,6 +77,20 @@ func TestOneCallerCannotFillTheMemoryStore(t *testing.T) {
 	for i := range 50 {
 		if r := try(newReq(t, "POST", base+"/v1/tokens", "")); r.status != http.StatusCreated {
 			t.Fatalf("issue %d with the records full = %d %s", i, r.status, r.body)
+		}
+	}
+	// And so do token routes' records, which count with the tokens: a
+	// fresh token on a token route was once 503 store_full here.
+	for i := range 3 {
+		tok, _ := issueToken(t, base, "checkout")
+		checkout := func() result {
+			return try(newReq(t, "POST", base+"/checkout", `{"cart":1}`, "Content-Type", "application/json", "Idempotency-Token", tok))
+		}
+		if r := checkout(); r.status != http.StatusCreated || r.header.Get("Idempotent-Replayed") != "" {
+			t.Fatalf("checkout %d with the records full = %d %s, want 201 from the app", i, r.status, r.body)
+		}
+		if r := checkout(); r.status != http.StatusCreated || r.header.Get("Idempotent-Replayed") != "true" {
+			t.Fatalf("checkout %d's double submit = %d %s, want its replay", i, r.status, r.body)
 		}
 	}
 }

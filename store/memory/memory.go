@@ -47,9 +47,11 @@ type Store struct {
 
 	shards [shardCount]shard
 	// all counts every entry held, live or expired-but-unswept, and its
-	// bytes; records counts the records among them, which may take at
-	// most half of each bound, so that they never starve tokens and
-	// nonces.
+	// bytes; records counts the idempotency records among them (Acquire's),
+	// which may take at most half of each bound, so that they never
+	// starve tokens and nonces. A token's record (Redeem's) counts with
+	// the tokens: it takes its token's place, and idempotency records
+	// must not starve token routes either.
 	all, records pool
 	minExp       atomic.Int64 // no held entry expires before this (unix ns)
 	sweep        sync.Mutex   // one reclaiming sweep at a time
@@ -104,9 +106,11 @@ func (p *pool) add(n, b int64, force bool) bool {
 	return true
 }
 
-// isRecord reports whether the map key k holds a record.
+// isRecord reports whether the map key k holds an idempotency record
+// (see recordKey), which counts in the records' pool. A token's record
+// does not.
 func isRecord(k string) bool {
-	return len(k) >= 2 && k[0] == 0 && (k[1] == 'r' || k[1] == 't')
+	return len(k) >= 2 && k[0] == 0 && k[1] == 'r'
 }
 
 // sizeOf is what e, under the map key k, counts towards the byte bound.
@@ -150,8 +154,9 @@ var (
 type Option func(*Store)
 
 // WithMaxEntries bounds how many entries (tokens, nonces and records
-// together) the store holds at once; records may take at most half of
-// them, so that they never starve tokens and nonces. Exactly n live
+// together) the store holds at once; idempotency records (Acquire's) may
+// take at most half of them, so that they never starve tokens, nonces
+// and tokens' records (Redeem's, which count with the tokens). Exactly n live
 // entries fit; redeeming, releasing or expiry frees a slot; Put, Redeem
 // and Acquire past the bound return store.ErrFull and never evict a live
 // entry. Defaults to DefaultMaxEntries (1,000,000); n <= 0 keeps the
@@ -166,8 +171,8 @@ func WithMaxEntries(n int) Option {
 
 // WithMaxBytes bounds the memory the store's entries take, in bytes:
 // their keys, purposes, subjects and stored responses, plus a fixed
-// overhead each (about 128 bytes, 208 for a record). Records may take at
-// most half of it. A Put, Redeem or Acquire that does not fit returns
+// overhead each (about 128 bytes, 208 for a record). Idempotency records
+// may take at most half of it, as with WithMaxEntries. A Put, Redeem or Acquire that does not fit returns
 // store.ErrFull; a Complete whose response does not fit returns it too
 // (package idempotency then completes the record without the body). The
 // process needs about twice this much for the Go heap to collect it.

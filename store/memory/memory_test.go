@@ -261,6 +261,63 @@ func TestTokenRecordBound(t *testing.T) {
 	}
 }
 
+// TestTokenRecordsAreNotStarvedByKeyRecords: a token's record counts
+// with the tokens, not in the idempotency records' half, so that keyed
+// requests that fill that half (by entries or by bytes) cannot refuse a
+// token route's record (once 503 store_full for a fresh token).
+func TestTokenRecordsAreNotStarvedByKeyRecords(t *testing.T) {
+	ctx := context.Background()
+	tok := store.Token{Purpose: "checkout"}
+	for _, tc := range []struct {
+		name string
+		opts []memory.Option
+		resp []byte
+	}{
+		{"by entries", []memory.Option{memory.WithMaxEntries(20)}, []byte("ok")},
+		{"by bytes", []memory.Option{memory.WithMaxBytes(64 << 10)}, bytes.Repeat([]byte("r"), 4<<10)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := memory.New(append(tc.opts, memory.WithJanitorInterval(time.Hour))...)
+			defer s.Close()
+			for i := 0; ; i++ {
+				key := "k" + strconv.Itoa(i)
+				_, ok, err := s.Acquire(ctx, key, "fp", "o", time.Hour)
+				if errors.Is(err, store.ErrFull) {
+					break
+				}
+				if err != nil || !ok {
+					t.Fatalf("acquire %d = %v, %v", i, ok, err)
+				}
+				ok, err = s.Complete(ctx, key, "o", tc.resp, time.Hour)
+				if errors.Is(err, store.ErrFull) { // full by bytes
+					ok, err = s.Complete(ctx, key, "o", nil, time.Hour)
+				}
+				if err != nil || !ok {
+					t.Fatalf("complete %d = %v, %v", i, ok, err)
+				}
+			}
+			for i := range 3 {
+				id := "tok" + strconv.Itoa(i)
+				if ok, err := s.Put(ctx, id, tok, time.Hour); err != nil || !ok {
+					t.Fatalf("put %s with the records' half full = %v, %v", id, ok, err)
+				}
+				if res, _, err := s.Redeem(ctx, id, tok, "o", time.Minute); res != store.Redeemed || err != nil {
+					t.Fatalf("redeem %s with a record, the records' half full = %v, %v; want Redeemed", id, res, err)
+				}
+				if ok, err := s.Complete(ctx, store.TokenRecordKey(id), "o", tc.resp, time.Hour); err != nil || !ok {
+					t.Fatalf("complete %s's record = %v, %v", id, ok, err)
+				}
+				if res, rec, err := s.Redeem(ctx, id, tok, "o2", time.Minute); res != store.Recorded || err != nil || !bytes.Equal(rec.Response, tc.resp) {
+					t.Fatalf("redeem %s again = %v, %v; want its record", id, res, err)
+				}
+			}
+			if u := s.Usage(); u.Records > u.MaxRecords || u.RecordBytes > u.MaxRecordBytes {
+				t.Fatalf("usage %+v: token records counted as idempotency records", u)
+			}
+		})
+	}
+}
+
 // TestRecordKeyIsNoToken checks that a token ID equal to a record's map key
 // cannot redeem or read the record.
 func TestRecordKeyIsNoToken(t *testing.T) {
