@@ -233,9 +233,13 @@ type Record struct {
 type Usage struct {
 	Entries, MaxEntries, Bytes, MaxBytes             int64
 	Records, MaxRecords, RecordBytes, MaxRecordBytes int64
-	// Full is true while the store refuses what does not fit: Ping then
-	// returns ErrFull.
+	// Full is true while the store refuses what does not fit its overall
+	// bounds, such as a new token or nonce: Ping then returns ErrFull.
 	Full bool
+	// RecordsFull is true while the store refuses new idempotency
+	// records, which have bounds of their own. Ping still succeeds: the
+	// store serves tokens, nonces and the records it holds.
+	RecordsFull bool
 }
 
 // Usager is a Store that is bounded and reports how full it is, such as

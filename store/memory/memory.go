@@ -84,8 +84,8 @@ type entry struct {
 type pool struct {
 	n, bytes       atomic.Int64
 	maxN, maxBytes int64
-	// full is set when the pool refused an addition, and cleared when it
-	// takes one again (a forced one does not count).
+	// full is set when the pool refused an addition, and cleared when an
+	// addition to it succeeds again (see Store.count).
 	full atomic.Bool
 }
 
@@ -97,13 +97,16 @@ func (p *pool) add(n, b int64, force bool) bool {
 	if n > 0 && nn > p.maxN || b > 0 && bb > p.maxBytes && !force {
 		p.n.Add(-n)
 		p.bytes.Add(-b)
-		p.full.Store(true)
 		return false
 	}
-	if (n > 0 || b > 0) && !force && p.full.Load() {
+	return true
+}
+
+// fits clears p's full flag: an addition to it succeeded.
+func (p *pool) fits() {
+	if p.full.Load() {
 		p.full.Store(false)
 	}
-	return true
 }
 
 // isRecord reports whether the map key k holds an idempotency record
@@ -357,14 +360,27 @@ func (s *Store) reserve(k string, size, now int64) bool {
 }
 
 // count adds n entries and b bytes under the map key k to the pools, or
-// nothing and false when they do not fit (see pool.add).
+// nothing and false when they do not fit (see pool.add). The pool that
+// refused is marked full; a growth that fits (not a forced one) clears
+// the marks of the pools it went into.
 func (s *Store) count(k string, n, b int64, force bool) bool {
-	if !s.all.add(n, b, force) {
+	rec := isRecord(k)
+	if rec && !s.records.add(n, b, force) {
+		s.records.full.Store(true)
 		return false
 	}
-	if isRecord(k) && !s.records.add(n, b, force) {
-		s.all.add(-n, -b, false)
+	if !s.all.add(n, b, force) {
+		if rec {
+			s.records.add(-n, -b, false)
+		}
+		s.all.full.Store(true)
 		return false
+	}
+	if (n > 0 || b > 0) && !force {
+		s.all.fits()
+		if rec {
+			s.records.fits()
+		}
 	}
 	return true
 }
@@ -651,7 +667,7 @@ func (s *Store) Usage() store.Usage {
 		MaxEntries: s.all.maxN, MaxBytes: s.all.maxBytes,
 		Records: s.records.n.Load(), RecordBytes: s.records.bytes.Load(),
 		MaxRecords: s.records.maxN, MaxRecordBytes: s.records.maxBytes,
-		Full: s.all.full.Load() || s.records.full.Load(),
+		Full: s.all.full.Load(), RecordsFull: s.records.full.Load(),
 	}
 }
 
@@ -690,9 +706,12 @@ func (s *Store) Allow(ctx context.Context, key string, l store.Limit) (bool, tim
 }
 
 // Ping implements store.Store. It fails after Close, and with
-// store.ErrFull while the store is full: an entry that did not fit (after
-// expired ones were reclaimed) was refused, and none of its kind (a token
-// or nonce, or a record) has fit since.
+// store.ErrFull while the store is full: an entry that did not fit its
+// bound (after expired ones were reclaimed) was refused, and none has
+// fit it since, so new tokens and nonces are refused. A store whose
+// records' half alone is full (Usage's RecordsFull) still answers: it
+// serves tokens, nonces and the records it holds, and refuses only new
+// idempotency records.
 func (s *Store) Ping(ctx context.Context) error {
 	if err := s.check(ctx, "ping"); err != nil {
 		return err

@@ -116,8 +116,13 @@ func TestRecordBound(t *testing.T) {
 	if _, _, err := s.Acquire(ctx, "overflow", "fp", "o", time.Hour); !errors.Is(err, store.ErrFull) {
 		t.Fatalf("acquire past the records' half: err = %v, want ErrFull", err)
 	}
-	if err := s.Ping(ctx); !errors.Is(err, store.ErrFull) {
-		t.Fatalf("Ping while records are refused = %v, want ErrFull", err)
+	// Tokens, nonces and replays are still served: the store is ready,
+	// and says the records are full.
+	if err := s.Ping(ctx); err != nil {
+		t.Fatalf("Ping while only records are refused = %v, want nil", err)
+	}
+	if u := s.Usage(); !u.RecordsFull || u.Full {
+		t.Fatalf("usage while only records are refused = %+v, want RecordsFull and not Full", u)
 	}
 	// A duplicate of a live record is answered, not refused.
 	if rec, ok, err := s.Acquire(ctx, "0", "fp2", "o2", time.Hour); err != nil || ok || rec.Fingerprint != "fp" {
@@ -136,6 +141,9 @@ func TestRecordBound(t *testing.T) {
 	if _, err := s.Put(ctx, "token-past", store.Token{Purpose: "p"}, time.Hour); !errors.Is(err, store.ErrFull) {
 		t.Fatalf("put past the bound: err = %v, want ErrFull", err)
 	}
+	if err := s.Ping(ctx); !errors.Is(err, store.ErrFull) {
+		t.Fatalf("Ping while tokens are refused = %v, want ErrFull", err)
+	}
 	if got := s.Len(); got != max {
 		t.Fatalf("Len = %d, want %d", got, max)
 	}
@@ -151,7 +159,10 @@ func TestRecordBound(t *testing.T) {
 		t.Fatalf("acquire after release = %v, %v; want a slot", ok, err)
 	}
 	if err := s.Ping(ctx); err != nil {
-		t.Fatalf("Ping once records fit again = %v", err)
+		t.Fatalf("Ping once records and tokens fit again = %v", err)
+	}
+	if u := s.Usage(); u.RecordsFull || u.Full {
+		t.Fatalf("usage once records and tokens fit again = %+v, want neither full", u)
 	}
 	c.Advance(30 * time.Second)
 	if _, ok, err := s.Acquire(ctx, "after-expiry", "fp", "o", time.Hour); err != nil || !ok {
@@ -193,8 +204,8 @@ func TestByteBound(t *testing.T) {
 		completed++
 	}
 	u := s.Usage()
-	if completed != 2 || u.RecordBytes > u.MaxRecordBytes+1024 || !u.Full {
-		t.Fatalf("%d responses stored, usage %+v; want 2 of 200 KiB within the records' 512 KiB, and full", completed, u)
+	if completed != 2 || u.RecordBytes > u.MaxRecordBytes+1024 || !u.RecordsFull || u.Full {
+		t.Fatalf("%d responses stored, usage %+v; want 2 of 200 KiB within the records' 512 KiB, and the records full", completed, u)
 	}
 	// Tokens keep their half.
 	for i := range 100 {
