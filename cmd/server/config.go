@@ -337,7 +337,7 @@ var settings = []setting{
 		}},
 	{"REPLAYGUARD_STORE_TIMEOUT", "store-timeout", duration(redisstore.DefaultTimeout), "deadline of every store call", false,
 		func(c *config, v string) (err error) { c.StoreTimeout, err = parseDuration(v); return err }},
-	{"REPLAYGUARD_MEMORY_MAX_ENTRIES", "memory-max-entries", strconv.Itoa(memory.DefaultMaxEntries), "entries (tokens, nonces, records) the embedded store holds at most; records take at most half", false,
+	{"REPLAYGUARD_MEMORY_MAX_ENTRIES", "memory-max-entries", strconv.Itoa(memory.DefaultMaxEntries), "entries (tokens, nonces, records) the embedded store holds at most; idempotency records take at most half", false,
 		func(c *config, v string) error {
 			n, err := strconv.Atoi(v)
 			if err != nil || n < 1 {
@@ -346,7 +346,7 @@ var settings = []setting{
 			c.MemoryMax = n
 			return nil
 		}},
-	{"REPLAYGUARD_MEMORY_MAX_BYTES", "memory-max-bytes", size.Format(memory.DefaultMaxBytes), "bytes the embedded store's entries and stored responses take at most, with a KiB, MiB or GiB suffix; records take at most half", false,
+	{"REPLAYGUARD_MEMORY_MAX_BYTES", "memory-max-bytes", size.Format(memory.DefaultMaxBytes), "bytes the embedded store's entries and stored responses take at most, with a KiB, MiB or GiB suffix; idempotency records take at most half", false,
 		func(c *config, v string) (err error) { c.MemoryMaxBytes, err = size.Parse(v, 1<<40); return err }},
 	{"REPLAYGUARD_ISSUE_RATE", "issue-rate", rate(handlers.DefaultIssueRate), "tokens per client IP as N/s, N/m or N/h (burst N); 0 turns it off", false,
 		func(c *config, v string) (err error) { c.IssueRate, err = parseRate(v); return err }},
