@@ -65,6 +65,7 @@ type Gateway struct {
 	window    time.Duration
 	clientIP  func(*http.Request) string
 	quota     guard.Option // WithCallerQuota
+	netQuota  guard.Option // WithAddressQuota
 	transport http.RoundTripper
 	timeout   time.Duration
 	log       *slog.Logger
@@ -105,6 +106,15 @@ func WithScope(f func(*http.Request) string) Option { return func(g *Gateway) { 
 // guard.WithCallerQuota). Defaults to none.
 func WithCallerQuota(lim store.Limiter, n int) Option {
 	return func(g *Gateway) { g.quota = guard.WithCallerQuota(lim, n) }
+}
+
+// WithAddressQuota bounds the idempotency records every caller from one
+// client IP (an IPv6 client's /64) may open together on
+// PolicyIdempotencyKey and PolicyFingerprint routes with keyed requests:
+// n per the route's retention, counted in lim (see
+// guard.WithAddressQuota). Defaults to none.
+func WithAddressQuota(lim store.Limiter, n int) Option {
+	return func(g *Gateway) { g.netQuota = guard.WithAddressQuota(lim, n) }
 }
 
 // WithFingerprintWindow sets how long PolicyFingerprint routes keep a
@@ -415,8 +425,10 @@ func (g *Gateway) policy(rt Route) (http.Handler, error) {
 			guard.WithScope(g.scope),
 			guard.UnsafeFailOpen(rt.FailOpen),
 			guard.WithMaxBody(int64(keeper.MaxBody())))
-		if g.quota != nil {
-			opts = append(opts, g.quota)
+		for _, q := range []guard.Option{g.quota, g.netQuota} {
+			if q != nil {
+				opts = append(opts, q)
+			}
 		}
 		if m := patternMethod(rt.Match); m != "" {
 			opts = append(opts, guard.WithMethods(m))

@@ -1281,3 +1281,42 @@ func TestScopeIsTheCallersCredentials(t *testing.T) {
 		replayed[caller] = got
 	}
 }
+
+// TestBodiesThatAreNotUnicodeAreRefused: the canonical form reads a lone
+// surrogate escape and a byte that is not UTF-8 as U+FFFD, so
+// {"a":"\ud800"} once replayed {"a":"\udbff"}'s answer (and raw 0xfe
+// 0xff's) instead of running it or answering 422. Recorded routes refuse
+// them with 400 invalid_request before the app runs.
+func TestBodiesThatAreNotUnicodeAreRefused(t *testing.T) {
+	a := newApp(t)
+	d := newDeps(t)
+	gw := serve(t, a.url(t), `routes:
+  - match: "POST /cart"
+    policy: fingerprint
+    window: 1m
+  - match: "POST /orders"
+    policy: idempotency_key
+    required: true
+`, gateway.WithKeeper(d.keeper))
+	spellings := [][2]string{
+		{`{"a":"\ud800"}`, `{"a":"\udbff"}`},
+		{"{\"a\":\"\xff\"}", "{\"a\":\"\xfe\"}"},
+	}
+	for _, path := range []string{"/cart", "/orders"} {
+		header := []string{"Content-Type", "application/json"}
+		if path == "/orders" {
+			header = append(header, "Idempotency-Key", `"k"`)
+		}
+		for _, pair := range spellings {
+			for _, body := range pair {
+				status, _, got := do(t, newRequest(t, "POST", gw.URL+path, body, header...))
+				if status != http.StatusBadRequest || problemCode(got) != "invalid_request" {
+					t.Errorf("POST %s %q = %d %s, want 400 invalid_request", path, body, status, got)
+				}
+			}
+		}
+	}
+	if n := len(a.requests()); n != 0 {
+		t.Fatalf("the app ran %d times, want 0", n)
+	}
+}

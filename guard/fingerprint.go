@@ -14,6 +14,7 @@ import (
 	"net/url"
 	"slices"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/replayguard/replayguard/problem"
 )
@@ -70,7 +71,12 @@ func canonicalQuery(raw string, ignore map[string]bool) string {
 // A JSON body that names a member twice in one object is refused with
 // problem.ErrBadRequest: parsers disagree on which one wins (Go's takes
 // the last, some the first), so {"amount":1,"amount":1000} and
-// {"amount":1000} must not pass for the same request.
+// {"amount":1000} must not pass for the same request. So is a JSON body
+// that is not UTF-8 or escapes a lone surrogate ("\ud800"): RFC 8259
+// requires UTF-8 and I-JSON (RFC 7493) forbids lone surrogates, and
+// parsers disagree on them too (Go's and the canonical form read every
+// such sequence as U+FFFD, others refuse them or keep them), so
+// {"a":"\ud800"} and {"a":"\udbff"} must not pass for the same request.
 func canonicalBody(contentType string, body []byte, ignore map[string]bool) (kind, canon string, err error) {
 	mt, params, err := mime.ParseMediaType(contentType)
 	if err != nil {
@@ -81,6 +87,9 @@ func canonicalBody(contentType string, body []byte, ignore map[string]bool) (kin
 		case mt == "application/json" || strings.HasSuffix(mt, "+json"):
 			if name, dup := duplicateMember(body); dup {
 				return "", "", fmt.Errorf("%w: the JSON body names the member %q twice in one object; send each member once", problem.ErrBadRequest, clip(name))
+			}
+			if why := notUnicode(body); why != "" {
+				return "", "", fmt.Errorf("%w: the JSON body %s; send UTF-8 text, with each surrogate escape in a pair", problem.ErrBadRequest, why)
 			}
 			if c, ok := canonicalJSON(body, ignore); ok {
 				return "json", c, nil
@@ -142,6 +151,77 @@ func duplicateMember(body []byte) (string, bool) {
 			}
 		}
 	}
+}
+
+// notUnicode says why a JSON body's text is not Unicode, or returns "":
+// it is not UTF-8, or a string escapes a surrogate (\uD800 to \uDFFF)
+// that is not half of a high-low pair. Escapes are looked for in strings
+// only, where JSON allows them.
+func notUnicode(body []byte) string {
+	if !utf8.Valid(body) {
+		return "is not valid UTF-8"
+	}
+	inString, pendingHigh := false, false
+	for i := 0; i < len(body); i++ {
+		c := body[i]
+		if !inString {
+			inString = c == '"'
+			continue
+		}
+		if c != '\\' {
+			if pendingHigh {
+				return "escapes a lone surrogate"
+			}
+			inString = c != '"'
+			continue
+		}
+		i++ // the escaped character
+		if i >= len(body) || body[i] != 'u' {
+			if pendingHigh {
+				return "escapes a lone surrogate"
+			}
+			continue
+		}
+		r, ok := hex4(body[i+1:])
+		if !ok {
+			continue // not JSON: the parser refuses it
+		}
+		i += 4
+		switch {
+		case pendingHigh && 0xDC00 <= r && r <= 0xDFFF:
+			pendingHigh = false
+		case pendingHigh || 0xDC00 <= r && r <= 0xDFFF:
+			return "escapes a lone surrogate"
+		default:
+			pendingHigh = 0xD800 <= r && r <= 0xDBFF
+		}
+	}
+	if pendingHigh {
+		return "escapes a lone surrogate"
+	}
+	return ""
+}
+
+// hex4 reads the four hex digits at the start of b.
+func hex4(b []byte) (rune, bool) {
+	if len(b) < 4 {
+		return 0, false
+	}
+	var r rune
+	for _, c := range b[:4] {
+		switch {
+		case '0' <= c && c <= '9':
+			c -= '0'
+		case 'a' <= c && c <= 'f':
+			c -= 'a' - 10
+		case 'A' <= c && c <= 'F':
+			c -= 'A' - 10
+		default:
+			return 0, false
+		}
+		r = r<<4 | rune(c)
+	}
+	return r, true
 }
 
 // clip shortens s, a value from the request, for an error message.

@@ -26,3 +26,32 @@ func TestDuplicateMember(t *testing.T) {
 		}
 	}
 }
+
+func TestNotUnicode(t *testing.T) {
+	tests := []struct {
+		body string
+		want string // "" for Unicode text
+	}{
+		{`{"a":"\ud800"}`, "escapes a lone surrogate"},
+		{`{"a":"\udbff"}`, "escapes a lone surrogate"},
+		{`{"a":"\uDC00"}`, "escapes a lone surrogate"},
+		{`{"a":"\ud800x"}`, "escapes a lone surrogate"},
+		{`{"a":"\ud800\n"}`, "escapes a lone surrogate"},
+		{`{"a":"\ud800\ud800"}`, "escapes a lone surrogate"},
+		{`{"\ud800":1}`, "escapes a lone surrogate"},
+		{`{"a":"\ud800`, "escapes a lone surrogate"},
+		{"{\"a\":\"\xff\"}", "is not valid UTF-8"},
+		{"{\"a\":\"\xed\xa0\x80\"}", "is not valid UTF-8"}, // a surrogate encoded in UTF-8
+		{`{"a":"\ud83d\ude00"}`, ""},
+		{`{"a":"\\ud800"}`, ""},
+		{`{"a":"\"\ud800"}`, "escapes a lone surrogate"},
+		{`{"a":"\u00e9","b":"é"}`, ""},
+		{`{"a":"\u12"}`, ""}, // not JSON: left to the parser
+		{`ud800`, ""},
+	}
+	for _, tc := range tests {
+		if got := notUnicode([]byte(tc.body)); got != tc.want {
+			t.Errorf("notUnicode(%q) = %q, want %q", tc.body, got, tc.want)
+		}
+	}
+}

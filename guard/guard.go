@@ -49,6 +49,8 @@ type settings struct {
 	window   time.Duration // fingerprint mode when > 0
 	quota    store.Limiter // WithCallerQuota; nil: none
 	quotaN   int
+	netQuota store.Limiter // WithAddressQuota; nil: none
+	netN     int
 
 	// RequireSignature
 	scheme, authority string

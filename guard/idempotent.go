@@ -158,6 +158,24 @@ func WithCallerQuota(lim store.Limiter, n int) Option {
 	return func(s *settings) { s.quota, s.quotaN = lim, n }
 }
 
+// WithAddressQuota bounds the records every caller from one network
+// address (the client IP; an IPv6 client's /64) may open together with
+// Idempotent's keyed requests: at most n per the Keeper's retention,
+// counted in lim as WithCallerQuota's are, so a caller past it gets 429
+// rate_limited with Retry-After before its handler runs, and its
+// duplicates are still answered. WithCallerQuota alone counts per scope,
+// and a scope is made of the credentials a request carries, which nothing
+// here checks: one client inventing a new Authorization for each request
+// is a new caller each time, but not a new address. Set n above the
+// per-caller quota, since callers behind one NAT or proxy share an
+// address, and well below what the store holds. The client IP is the one
+// the router found (trust your proxies, or every caller shares the
+// proxy's address). Defaults to none (cmd/server sets it on the memory
+// store).
+func WithAddressQuota(lim store.Limiter, n int) Option {
+	return func(s *settings) { s.netQuota, s.netN = lim, n }
+}
+
 // UnsafeFailOpen, when open is true, lets Idempotent run the handler
 // without a record when the store cannot be reached (or is full), so
 // duplicates run again during an outage. Defaults to false (recommended):
@@ -195,7 +213,9 @@ func WithFingerprintWindow(window time.Duration) Option {
 //   - the request is fingerprinted: a SHA-256 of the method, route, path,
 //     query and body in canonical form (JSON re-encoded with sorted keys,
 //     form fields in canonical order, WithIgnoredFields left out); the
-//     same key with another fingerprint is 422 idempotency_key_reused;
+//     same key with another fingerprint is 422 idempotency_key_reused; a
+//     JSON body that could read two ways (a member named twice, text that
+//     is not UTF-8 or escapes a lone surrogate) is 400 invalid_request;
 //   - a duplicate while the first runs gets 409 request_in_progress with
 //     Retry-After; after it, the stored status, headers and body, byte
 //     for byte, with Idempotent-Replayed: true;
@@ -236,8 +256,8 @@ func Idempotent(k *idempotency.Keeper, opts ...Option) func(http.Handler) http.H
 // PostgreSQL transaction of the application's (package
 // idempotency/pgtx), which then decides what a lease, a retention and a
 // failure mean. The rules for keys, scopes, fingerprints and answers are
-// Idempotent's; WithFingerprintWindow and WithCallerQuota, which need a
-// Keeper, are ignored.
+// Idempotent's; WithFingerprintWindow, WithCallerQuota and
+// WithAddressQuota, which need a Keeper, are ignored.
 func IdempotentIn(rec Records, opts ...Option) func(http.Handler) http.Handler {
 	s := newSettings(opts)
 	keys := recordsOf{Records: rec}
@@ -326,23 +346,39 @@ func (s *settings) idempotent(w http.ResponseWriter, r *http.Request, keys recor
 	}
 }
 
-// overQuota counts a new record of scope's against WithCallerQuota and,
-// when it is past the quota or cannot be counted, releases it and returns
-// the refusal.
+// overQuota counts a new record of scope's against WithCallerQuota, then
+// against WithAddressQuota, and, when it is past either or cannot be
+// counted, releases it and returns the refusal. The caller's quota comes
+// first, so that a caller past it does not use up its address's.
 func (s *settings) overQuota(r *http.Request, run Run, scope string, period time.Duration) error {
-	if s.quota == nil || s.quotaN <= 0 || period <= 0 {
+	if period <= 0 {
 		return nil
 	}
-	ok, retry, err := s.quota.Allow(r.Context(), "records:"+scope, store.Limit{Rate: s.quotaN, Burst: s.quotaN, Period: period})
+	err := quota(r, s.quota, s.quotaN, period, "records:"+scope, "this caller holds as many idempotency records as it may")
+	if err == nil {
+		network := request.Network(request.ClientIP(r))
+		err = quota(r, s.netQuota, s.netN, period, "records-net:"+network, "the callers at this address hold as many idempotency records as they may together")
+	}
+	if err != nil {
+		_ = run.Release(r.Context())
+	}
+	return err
+}
+
+// quota counts one record under key in lim, n per period, and returns
+// the refusal, whose detail begins with what, when it is past them.
+func quota(r *http.Request, lim store.Limiter, n int, period time.Duration, key, what string) error {
+	if lim == nil || n <= 0 {
+		return nil
+	}
+	ok, retry, err := lim.Allow(r.Context(), key, store.Limit{Rate: n, Burst: n, Period: period})
 	switch {
 	case err != nil:
+		return err
 	case !ok:
-		err = problem.RetryAfter(fmt.Errorf("%w: this caller holds as many idempotency records as it may (%d per %v); retry after Retry-After seconds", problem.ErrRateLimited, s.quotaN, period), retry)
-	default:
-		return nil
+		return problem.RetryAfter(fmt.Errorf("%w: %s (%d per %v); retry after Retry-After seconds", problem.ErrRateLimited, what, n, period), retry)
 	}
-	_ = run.Release(r.Context())
-	return err
+	return nil
 }
 
 // recordKey is the store key of a request's record: a hash of the kind

@@ -229,6 +229,19 @@ func TestIdempotentScenarios(t *testing.T) {
 			},
 		},
 		{
+			name: "a JSON body that is not Unicode text is refused before anything runs",
+			steps: []step{
+				{"a lone high surrogate", req{body: `{"a":"\ud800"}`}, 400, "invalid_request", false, 0, "lone surrogate"},
+				{"another lone high surrogate", req{body: `{"a":"\udbff"}`}, 400, "invalid_request", false, 0, "lone surrogate"},
+				{"a lone low surrogate in a name", req{body: `{"\udc00":1}`}, 400, "invalid_request", false, 0, "lone surrogate"},
+				{"a raw 0xff", req{body: "{\"a\":\"\xff\"}"}, 400, "invalid_request", false, 0, "UTF-8"},
+				{"a raw 0xfe", req{body: "{\"a\":\"\xfe\"}"}, 400, "invalid_request", false, 0, "UTF-8"},
+				{"a surrogate pair is a character", req{body: `{"a":"\ud83d\ude00"}`}, 201, "", false, 1, ""},
+				{"and the same character as UTF-8 is the same request", req{body: `{"a":"😀"}`}, 201, "", true, 1, ""},
+				{"an escaped backslash is no escape", req{keys: []string{`"k2"`}, body: `{"a":"\\ud800"}`}, 201, "", false, 2, ""},
+			},
+		},
+		{
 			name: "form bodies are compared in canonical order",
 			steps: []step{
 				{"first", req{body: formA, ctype: "application/x-www-form-urlencoded"}, 201, "", false, 1, ""},
@@ -736,6 +749,11 @@ func TestIdempotentFingerprintMode(t *testing.T) {
 				{step{"after the window it runs again", req{noKey: true, body: body}, 201, "", false, 4, `"run":4`}, time.Millisecond},
 				{step{"a keyed request uses its key", req{body: body}, 201, "", false, 5, `"run":5`}, 0},
 				{step{"whose record outlives the window", req{body: body}, 201, "", true, 5, `"run":5`}, time.Hour},
+				// Each would be read as {"a":"\uFFFD"} by the canonical form.
+				{step{"a lone surrogate is refused", req{noKey: true, body: `{"a":"\ud800"}`}, 400, "invalid_request", false, 5, ""}, 0},
+				{step{"and so is another", req{noKey: true, body: `{"a":"\udbff"}`}, 400, "invalid_request", false, 5, ""}, 0},
+				{step{"a raw 0xff is refused", req{noKey: true, body: "{\"a\":\"\xff\"}"}, 400, "invalid_request", false, 5, ""}, 0},
+				{step{"and so is a raw 0xfe", req{noKey: true, body: "{\"a\":\"\xfe\"}"}, 400, "invalid_request", false, 5, ""}, 0},
 			}
 			for _, s := range steps {
 				clk.Advance(s.advance)
@@ -923,6 +941,58 @@ func TestCallerQuota(t *testing.T) {
 		}
 		if w.Code == 429 && w.Header().Get("Retry-After") == "" {
 			t.Fatalf("%s: no Retry-After", s.name)
+		}
+	}
+}
+
+// TestAddressQuota: the per-caller quota counts per scope, made of
+// credentials nothing checks, so one client inventing a new Authorization
+// for each keyed request (the app answering 401, which is stored) once
+// filled the memory store's records and made every caller's keyed request
+// 503 store_full. The address quota bounds every caller at one client IP
+// (an IPv6 client's /64) together.
+func TestAddressQuota(t *testing.T) {
+	st := memory.New()
+	t.Cleanup(func() { _ = st.Close() })
+	var runs atomic.Int32
+	h := guard.Idempotent(idempotency.New(st), quiet, guard.WithCallerQuota(st, 2), guard.WithAddressQuota(st, 3))(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		runs.Add(1)
+		w.WriteHeader(http.StatusUnauthorized)
+	}))
+	bearer := func(who string) http.Header { return http.Header{"Authorization": {"Bearer " + who}} }
+	const mallory, office = "192.0.2.66:1234", "198.51.100.1:1234"
+	steps := []struct {
+		name       string
+		q          req
+		wantStatus int
+		wantCode   string
+		wantRuns   int32
+		wantDetail string // in a 429's detail: whose quota it is
+	}{
+		{"an invented credential", req{keys: []string{`"m1"`}, header: bearer("fake1"), remote: mallory}, 401, "", 1, ""},
+		{"another", req{keys: []string{`"m2"`}, header: bearer("fake2"), remote: mallory}, 401, "", 2, ""},
+		{"a third, from another port", req{keys: []string{`"m3"`}, header: bearer("fake3"), remote: "192.0.2.66:999"}, 401, "", 3, ""},
+		{"a fourth is past the address's quota", req{keys: []string{`"m4"`}, header: bearer("fake4"), remote: mallory}, 429, "rate_limited", 3, "this address"},
+		{"and so is a request without credentials", req{keys: []string{`"m5"`}, remote: mallory}, 429, "rate_limited", 3, "this address"},
+		{"a stored answer is still replayed", req{keys: []string{`"m1"`}, header: bearer("fake1"), remote: mallory}, 401, "", 3, ""},
+		{"alice at another address is not affected", req{keys: []string{`"a1"`}, header: bearer("alice"), remote: office}, 401, "", 4, ""},
+		{"alice again", req{keys: []string{`"a2"`}, header: bearer("alice"), remote: office}, 401, "", 5, ""},
+		{"alice past her own quota", req{keys: []string{`"a3"`}, header: bearer("alice"), remote: office}, 429, "rate_limited", 5, "this caller"},
+		{"which left her address's quota to bob", req{keys: []string{`"b1"`}, header: bearer("bob"), remote: office}, 401, "", 6, ""},
+		{"an IPv6 client", req{keys: []string{`"v1"`}, header: bearer("v1"), remote: "[2001:db8:1:2::1]:1"}, 401, "", 7, ""},
+		{"its /64 is one address", req{keys: []string{`"v2"`}, header: bearer("v2"), remote: "[2001:db8:1:2::2]:1"}, 401, "", 8, ""},
+		{"however the host numbers itself", req{keys: []string{`"v3"`}, header: bearer("v3"), remote: "[2001:db8:1:2:ffff::3]:1"}, 401, "", 9, ""},
+		{"the /64's fourth", req{keys: []string{`"v4"`}, header: bearer("v4"), remote: "[2001:db8:1:2::4]:1"}, 429, "rate_limited", 9, "this address"},
+		{"another /64 is another address", req{keys: []string{`"v5"`}, header: bearer("v5"), remote: "[2001:db8:1:3::1]:1"}, 401, "", 10, ""},
+	}
+	for _, s := range steps {
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, s.q.build())
+		if w.Code != s.wantStatus || (s.wantCode != "" && problemCode(t, w) != s.wantCode) || runs.Load() != s.wantRuns {
+			t.Fatalf("%s: %d %s, %d runs; want %d %q, %d runs", s.name, w.Code, w.Body, runs.Load(), s.wantStatus, s.wantCode, s.wantRuns)
+		}
+		if w.Code == 429 && (w.Header().Get("Retry-After") == "" || !strings.Contains(w.Body.String(), s.wantDetail)) {
+			t.Fatalf("%s: %s, Retry-After %q; want %q in the detail and a Retry-After", s.name, w.Body, w.Header().Get("Retry-After"), s.wantDetail)
 		}
 	}
 }

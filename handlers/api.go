@@ -9,7 +9,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/http"
 	"strings"
 	"time"
@@ -50,6 +49,7 @@ type API struct {
 	verifier *replay.Verifier
 	keeper   *idempotency.Keeper
 	proxies  []string
+	usage    store.Usager
 }
 
 // Option configures an API.
@@ -139,6 +139,14 @@ func WithRecords(k *idempotency.Keeper) Option { return func(a *API) { a.keeper 
 func WithTrustedProxies(proxies ...string) Option {
 	return func(a *API) { a.proxies = append(a.proxies, proxies...) }
 }
+
+// WithUsage has GET /readyz report how full u, a bounded store such as
+// the memory store, is: while it refuses new idempotency records but
+// still serves tokens, nonces and replays, /readyz answers 200 with the
+// warning "records_full" (the store is not taken out of service for it;
+// a store that refuses tokens fails its ping and /readyz answers 503
+// store_full). Defaults to nil: no warnings.
+func WithUsage(u store.Usager) Option { return func(a *API) { a.usage = u } }
 
 // WithReadyTimeout bounds the store ping behind GET /readyz. Defaults to
 // DefaultReadyTimeout (1s); d <= 0 keeps the default.
@@ -246,7 +254,7 @@ type issueResponse struct {
 func (a *API) issue(c *gin.Context) (string, error) {
 	authed := a.authorized(c.Request)
 	if !authed && a.limiter != nil && !a.rate.IsZero() {
-		ok, retry, err := a.limiter.Allow(c.Request.Context(), "issue:"+rateKey(c.ClientIP()), a.rate)
+		ok, retry, err := a.limiter.Allow(c.Request.Context(), "issue:"+request.Network(c.ClientIP()), a.rate)
 		if err != nil {
 			return "", err
 		}
@@ -522,19 +530,18 @@ func readJSON(r *http.Request, v any, limit int64) error {
 	return nil
 }
 
-// rateKey is the client's address, with IPv6 clients counted per /64 so
-// one host cannot dodge the limit by rotating its interface ID.
-func rateKey(ip string) string {
-	addr := net.ParseIP(ip)
-	if addr == nil || addr.To4() != nil {
-		return ip
-	}
-	return addr.Mask(net.CIDRMask(64, 128)).String() + "/64"
-}
-
 // Ready reports whether the store answers within the ready timeout.
 func (a *API) Ready(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, a.timeout)
 	defer cancel()
 	return a.tokens.Ping(ctx)
+}
+
+// readyWarnings returns what a ready store lacks (see WithUsage):
+// "records_full" while it refuses new idempotency records. None is nil.
+func (a *API) readyWarnings() []string {
+	if a.usage != nil && a.usage.Usage().RecordsFull {
+		return []string{"records_full"}
+	}
+	return nil
 }

@@ -41,7 +41,11 @@ func (a *API) Engine() (*gin.Engine, error) {
 			return
 		}
 		c.Header("Cache-Control", "no-store")
-		c.JSON(http.StatusOK, gin.H{"status": "ready"})
+		body := gin.H{"status": "ready"}
+		if w := a.readyWarnings(); w != nil {
+			body["warnings"] = w
+		}
+		c.JSON(http.StatusOK, body)
 	})
 	if a.metrics != nil {
 		e.GET("/metrics", gin.WrapH(promhttp.HandlerFor(a.metrics.Registry, promhttp.HandlerOpts{})))

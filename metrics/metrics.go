@@ -99,9 +99,11 @@ func (m *Metrics) SignatureVerification(outcome string) {
 // store), m also reports how full it is, at every scrape:
 // replayguard_store_entries and replayguard_store_bytes (with their
 // bounds, replayguard_store_max_entries and replayguard_store_max_bytes),
-// each for pool="all" and pool="records", and replayguard_store_full (1
-// while the store refuses what does not fit). A nil m returns st
-// unchanged.
+// each for pool="all" and pool="records", and replayguard_store_full for
+// the same pools (1 while the store refuses what does not fit: for
+// pool="all", new tokens and nonces, and GET /readyz answers 503
+// store_full; for pool="records", new idempotency records only). A nil m
+// returns st unchanged.
 func (m *Metrics) Instrument(st store.Store) store.Store {
 	if m == nil {
 		return st
@@ -208,7 +210,7 @@ var (
 	usageBytes      = prometheus.NewDesc("replayguard_store_bytes", "Bytes the bounded store's entries count towards its byte bound, by pool.", []string{"pool"}, nil)
 	usageMaxEntries = prometheus.NewDesc("replayguard_store_max_entries", "The bounded store's entry bound, by pool.", []string{"pool"}, nil)
 	usageMaxBytes   = prometheus.NewDesc("replayguard_store_max_bytes", "The bounded store's byte bound, by pool.", []string{"pool"}, nil)
-	usageFull       = prometheus.NewDesc("replayguard_store_full", "1 while the bounded store refuses what does not fit (GET /readyz answers 503 store_full), else 0.", nil, nil)
+	usageFull       = prometheus.NewDesc("replayguard_store_full", "1 while the bounded store refuses what does not fit, else 0, by pool (all: new tokens and nonces are refused and GET /readyz answers 503 store_full; records: new idempotency records are refused).", []string{"pool"}, nil)
 )
 
 func (usageCollector) Describe(ch chan<- *prometheus.Desc) {
@@ -230,9 +232,12 @@ func (c usageCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge(usageMaxEntries, u.MaxRecords, "records")
 	gauge(usageMaxBytes, u.MaxBytes, "all")
 	gauge(usageMaxBytes, u.MaxRecordBytes, "records")
-	full := int64(0)
-	if u.Full {
-		full = 1
+	flag := func(b bool) int64 {
+		if b {
+			return 1
+		}
+		return 0
 	}
-	gauge(usageFull, full)
+	gauge(usageFull, flag(u.Full), "all")
+	gauge(usageFull, flag(u.RecordsFull), "records")
 }

@@ -227,13 +227,19 @@ type Record struct {
 }
 
 // Usage is what a bounded store holds against its bounds (see Usager).
-// Records count among the entries too.
+// Records are the idempotency records (Acquire's) among the entries,
+// which a store may bound apart (the memory store keeps them to half);
+// tokens' records (Redeem's) count with the tokens.
 type Usage struct {
 	Entries, MaxEntries, Bytes, MaxBytes             int64
 	Records, MaxRecords, RecordBytes, MaxRecordBytes int64
-	// Full is true while the store refuses what does not fit: Ping then
-	// returns ErrFull.
+	// Full is true while the store refuses what does not fit its overall
+	// bounds, such as a new token or nonce: Ping then returns ErrFull.
 	Full bool
+	// RecordsFull is true while the store refuses new idempotency
+	// records, which have bounds of their own. Ping still succeeds: the
+	// store serves tokens, nonces and the records it holds.
+	RecordsFull bool
 }
 
 // Usager is a Store that is bounded and reports how full it is, such as

@@ -9,14 +9,19 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/replayguard/replayguard/store"
+	"github.com/replayguard/replayguard/store/memory"
 )
 
 // TestOneCallerCannotFillTheMemoryStore: on the embedded store in gateway
 // mode, one caller's keyed requests (3,100 once made token issuance
 // answer 503 store_full for everyone, with /readyz still ready) are
 // bounded by its quota and by the records' half of the store; other
-// callers can still issue tokens, big responses count by their bytes, and
-// /readyz and the metrics say when the store is full.
+// callers can still issue tokens and redeem them on token routes, big
+// responses count by their bytes, and the metrics say when the records
+// are full, while /readyz stays ready with a warning (the instance still
+// serves tokens and replays).
 func TestOneCallerCannotFillTheMemoryStore(t *testing.T) {
 	big := strings.Repeat("r", 64<<10)
 	app := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -26,7 +31,7 @@ func TestOneCallerCannotFillTheMemoryStore(t *testing.T) {
 	}))
 	t.Cleanup(app.Close)
 	routes := filepath.Join(t.TempDir(), "routes.yaml")
-	if err := os.WriteFile(routes, []byte("routes:\n  - match: \"POST /orders\"\n    policy: idempotency_key\n    required: true\n"), 0o600); err != nil {
+	if err := os.WriteFile(routes, []byte("routes:\n  - match: \"POST /orders\"\n    policy: idempotency_key\n    required: true\n  - {match: \"POST /checkout\", policy: token, purpose: checkout}\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	base := startGateway(t,
@@ -35,10 +40,18 @@ func TestOneCallerCannotFillTheMemoryStore(t *testing.T) {
 		"REPLAYGUARD_MEMORY_MAX_ENTRIES=200",          // records: 100
 		"REPLAYGUARD_MEMORY_MAX_BYTES=4MiB",           // records: 2 MiB, about thirty 64 KiB answers
 		"REPLAYGUARD_IDEMPOTENCY_MAX_PER_CALLER=auto", // a tenth of 100 records
+		"REPLAYGUARD_TRUSTED_PROXIES=127.0.0.1",       // each caller at its own address
 	)
+	callers := 0
+	addr := map[string]string{}
 	order := func(caller string, i int) result {
+		if addr[caller] == "" {
+			callers++
+			addr[caller] = fmt.Sprintf("198.51.100.%d", callers)
+		}
 		return try(newReq(t, "POST", base+"/orders", `{"qty":1}`, "Content-Type", "application/json",
-			"Authorization", "Bearer "+caller, "Idempotency-Key", fmt.Sprintf(`"%s-%d"`, caller, i)))
+			"Authorization", "Bearer "+caller, "Idempotency-Key", fmt.Sprintf(`"%s-%d"`, caller, i),
+			"X-Forwarded-For", addr[caller]))
 	}
 
 	// One caller is held to its quota: 10 records, then 429.
@@ -58,7 +71,7 @@ func TestOneCallerCannotFillTheMemoryStore(t *testing.T) {
 			if r.status != http.StatusCreated {
 				t.Fatalf("caller%d's order %d = %d %s", c, i, r.status, r.body)
 			}
-			if r.header.Get("Idempotent-Replayed") == "" && metric(t, base, "replayguard_store_full") == "1" {
+			if r.header.Get("Idempotent-Replayed") == "" && metric(t, base, `replayguard_store_full{pool="records"}`) == "1" {
 				full = true
 				break
 			}
@@ -67,8 +80,11 @@ func TestOneCallerCannotFillTheMemoryStore(t *testing.T) {
 	if !full {
 		t.Fatal("the store never became full")
 	}
-	if r := try(newReq(t, "GET", base+"/readyz", "")); r.status != http.StatusServiceUnavailable || r.code() != "store_full" {
-		t.Fatalf("readyz with the records full = %d %s, want 503 store_full", r.status, r.body)
+	if r := try(newReq(t, "GET", base+"/readyz", "")); r.status != http.StatusOK || !strings.Contains(string(r.body), `"warnings":["records_full"]`) {
+		t.Fatalf("readyz with the records full = %d %s, want 200 with the warning records_full", r.status, r.body)
+	}
+	if full := metric(t, base, `replayguard_store_full{pool="all"}`); full != "0" {
+		t.Fatalf(`replayguard_store_full{pool="all"} with only the records full = %q, want 0`, full)
 	}
 	if b := metric(t, base, `replayguard_store_bytes{pool="records"}`); b == "" {
 		t.Fatal("no replayguard_store_bytes for records")
@@ -77,6 +93,20 @@ func TestOneCallerCannotFillTheMemoryStore(t *testing.T) {
 	for i := range 50 {
 		if r := try(newReq(t, "POST", base+"/v1/tokens", "")); r.status != http.StatusCreated {
 			t.Fatalf("issue %d with the records full = %d %s", i, r.status, r.body)
+		}
+	}
+	// And so do token routes' records, which count with the tokens: a
+	// fresh token on a token route was once 503 store_full here.
+	for i := range 3 {
+		tok, _ := issueToken(t, base, "checkout")
+		checkout := func() result {
+			return try(newReq(t, "POST", base+"/checkout", `{"cart":1}`, "Content-Type", "application/json", "Idempotency-Token", tok))
+		}
+		if r := checkout(); r.status != http.StatusCreated || r.header.Get("Idempotent-Replayed") != "" {
+			t.Fatalf("checkout %d with the records full = %d %s, want 201 from the app", i, r.status, r.body)
+		}
+		if r := checkout(); r.status != http.StatusCreated || r.header.Get("Idempotent-Replayed") != "true" {
+			t.Fatalf("checkout %d's double submit = %d %s, want its replay", i, r.status, r.body)
 		}
 	}
 }
@@ -92,4 +122,113 @@ func metric(t *testing.T, base, series string) string {
 		}
 	}
 	return ""
+}
+
+// TestOneAddressCannotFillTheRecords: the per-caller quota counts per
+// credential, and nothing checks credentials, so one client at one
+// address sending keyed requests each with an invented Authorization (the
+// app answering 401, which is stored) once filled the records' half:
+// every real user's keyed request got 503 store_full, and /readyz 503,
+// taking every instance out of the load balancer. The per-address bound
+// stops the flood at its address; the records are never full, real users
+// are served, and /readyz fails only once tokens no longer fit.
+func TestOneAddressCannotFillTheRecords(t *testing.T) {
+	app := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.WriteHeader(http.StatusUnauthorized)
+	}))
+	t.Cleanup(app.Close)
+	routes := filepath.Join(t.TempDir(), "routes.yaml")
+	if err := os.WriteFile(routes, []byte("routes:\n  - {match: \"POST /orders\", policy: idempotency_key, required: true}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	base := startGateway(t,
+		"REPLAYGUARD_UPSTREAM="+app.URL,
+		"REPLAYGUARD_ROUTES="+routes,
+		"REPLAYGUARD_MEMORY_MAX_ENTRIES=2400", // records: 1,200; per caller 120, per address 150
+		"REPLAYGUARD_TRUSTED_PROXIES=127.0.0.1",
+		"REPLAYGUARD_ISSUE_RATE=0",
+	)
+	order := func(from, bearer, key string) result {
+		return try(newReq(t, "POST", base+"/orders", `{"qty":1}`, "Content-Type", "application/json",
+			"Authorization", "Bearer "+bearer, "Idempotency-Key", `"`+key+`"`, "X-Forwarded-For", from))
+	}
+	counts := map[int]int{}
+	for i := range 1200 {
+		r := order("203.0.113.66", fmt.Sprintf("fake%d", i), fmt.Sprintf("k%d", i))
+		counts[r.status]++
+		if r.status == http.StatusTooManyRequests && (r.code() != "rate_limited" || r.header.Get("Retry-After") == "") {
+			t.Fatalf("flood request %d = %d %s, want 429 rate_limited with Retry-After", i, r.status, r.body)
+		}
+	}
+	if counts[http.StatusUnauthorized] < 150 || counts[http.StatusUnauthorized] > 152 || counts[http.StatusTooManyRequests]+counts[http.StatusUnauthorized] != 1200 {
+		t.Fatalf("the flood got %v, want about 150 answers from the app and 429 for the rest", counts)
+	}
+	if full := metric(t, base, `replayguard_store_full{pool="records"}`); full != "0" {
+		t.Fatalf(`replayguard_store_full{pool="records"} after the flood = %q, want 0`, full)
+	}
+	if r := try(newReq(t, "GET", base+"/readyz", "")); r.status != http.StatusOK || strings.Contains(string(r.body), "warnings") {
+		t.Fatalf("readyz after the flood = %d %s, want 200 without warnings", r.status, r.body)
+	}
+	// Real users elsewhere are served, and their answers replayed.
+	for i := range 20 {
+		from := fmt.Sprintf("198.51.100.%d", i+1)
+		user := fmt.Sprintf("user%d", i)
+		if r := order(from, user, "k"); r.status != http.StatusUnauthorized || r.header.Get("Idempotent-Replayed") != "" {
+			t.Fatalf("user %d after the flood = %d %s, want the app's 401", i, r.status, r.body)
+		}
+		if r := order(from, user, "k"); r.status != http.StatusUnauthorized || r.header.Get("Idempotent-Replayed") != "true" {
+			t.Fatalf("user %d's retry = %d %s, want the stored 401", i, r.status, r.body)
+		}
+	}
+	// When tokens no longer fit, the instance is not ready.
+	for i := 0; ; i++ {
+		r := try(newReq(t, "POST", base+"/v1/tokens", ""))
+		if r.status == http.StatusServiceUnavailable && r.code() == "store_full" {
+			break
+		}
+		if r.status != http.StatusCreated || i > 2400 {
+			t.Fatalf("issue %d = %d %s, want 201 until the store is full", i, r.status, r.body)
+		}
+	}
+	if r := try(newReq(t, "GET", base+"/readyz", "")); r.status != http.StatusServiceUnavailable || r.code() != "store_full" {
+		t.Fatalf("readyz with tokens refused = %d %s, want 503 store_full", r.status, r.body)
+	}
+	if full := metric(t, base, `replayguard_store_full{pool="all"}`); full != "1" {
+		t.Fatalf(`replayguard_store_full{pool="all"} with tokens refused = %q, want 1`, full)
+	}
+}
+
+// TestRecordQuotasForTheStore: auto sizes the per-caller and per-address
+// bounds from the memory store's records, the per-address one never below
+// the per-caller one; a number is taken as it is; a store without a bound
+// gets none unless set.
+func TestRecordQuotasForTheStore(t *testing.T) {
+	mem := memory.New(memory.WithMaxEntries(1_000_000)) // records: 500,000
+	t.Cleanup(func() { _ = mem.Close() })
+	var unbounded store.Store = struct{ store.Store }{mem} // no Usage
+	tests := []struct {
+		name                  string
+		env                   map[string]string
+		st                    store.Store
+		perCaller, perAddress int
+	}{
+		{"auto on the memory store", nil, mem, 50_000, 62_500},
+		{"auto never below the per-caller bound", map[string]string{"REPLAYGUARD_IDEMPOTENCY_MAX_PER_CALLER": "100000"}, mem, 100_000, 100_000},
+		{"set", map[string]string{"REPLAYGUARD_IDEMPOTENCY_MAX_PER_CALLER": "10", "REPLAYGUARD_IDEMPOTENCY_MAX_PER_ADDRESS": "500"}, mem, 10, 500},
+		{"off", map[string]string{"REPLAYGUARD_IDEMPOTENCY_MAX_PER_ADDRESS": "0"}, mem, 50_000, 0},
+		{"auto on an unbounded store", nil, unbounded, 0, 0},
+		{"set on an unbounded store", map[string]string{"REPLAYGUARD_IDEMPOTENCY_MAX_PER_ADDRESS": "1000"}, unbounded, 0, 1000},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := loadConfig(nil, func(k string) string { return tc.env[k] })
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got, gotAddr := c.perCaller(tc.st), c.perAddress(tc.st); got != tc.perCaller || gotAddr != tc.perAddress {
+				t.Fatalf("per caller %d, per address %d; want %d, %d", got, gotAddr, tc.perCaller, tc.perAddress)
+			}
+		})
+	}
 }

@@ -47,6 +47,7 @@ type config struct {
 	IdempotencyRetention time.Duration
 	IdempotencyMaxBody   int
 	PerCaller            int                        // records per caller and retention; -1: auto
+	PerAddress           int                        // records per client address and retention; -1: auto
 	IdempotencyScope     func(*http.Request) string // nil: the client IP
 	FingerprintWindow    time.Duration
 	// Gateway mode: Upstream nil means off.
@@ -224,18 +225,9 @@ var settings = []setting{
 			return err
 		}},
 	{"REPLAYGUARD_IDEMPOTENCY_MAX_PER_CALLER", "idempotency-max-per-caller", autoValue, "idempotency records one caller may open per retention period (429 past it); auto: a tenth of the memory store's records, none on Redis", false,
-		func(c *config, v string) error {
-			if v == autoValue {
-				c.PerCaller = -1
-				return nil
-			}
-			n, err := strconv.Atoi(v)
-			if err != nil || n < 0 {
-				return errors.New("must be auto or an integer of 0 (none) or more")
-			}
-			c.PerCaller = n
-			return nil
-		}},
+		func(c *config, v string) (err error) { c.PerCaller, err = parseQuota(v); return err }},
+	{"REPLAYGUARD_IDEMPOTENCY_MAX_PER_ADDRESS", "idempotency-max-per-address", autoValue, "idempotency records all callers from one client IP (an IPv6 /64) may open per retention period (429 past it); auto: an eighth of the memory store's records, never below the per-caller bound, none on Redis", false,
+		func(c *config, v string) (err error) { c.PerAddress, err = parseQuota(v); return err }},
 	{"REPLAYGUARD_IDEMPOTENCY_SCOPE", "idempotency-scope", guard.DefaultScope, "whom a stored idempotency key belongs to: credentials (Authorization and Cookie, else the client IP), or header:<Name> to add that request header", false,
 		func(c *config, v string) (err error) { c.IdempotencyScope, err = guard.ParseScope(v); return err }},
 	{"REPLAYGUARD_FINGERPRINT_WINDOW", "fingerprint-window", duration(guard.DefaultFingerprintWindow), "how long fingerprint routes replay a keyless request's response to identical requests, from its completion", false,
@@ -350,7 +342,7 @@ var settings = []setting{
 		}},
 	{"REPLAYGUARD_STORE_TIMEOUT", "store-timeout", duration(redisstore.DefaultTimeout), "deadline of every store call", false,
 		func(c *config, v string) (err error) { c.StoreTimeout, err = parseDuration(v); return err }},
-	{"REPLAYGUARD_MEMORY_MAX_ENTRIES", "memory-max-entries", strconv.Itoa(memory.DefaultMaxEntries), "entries (tokens, nonces, records) the embedded store holds at most; records take at most half", false,
+	{"REPLAYGUARD_MEMORY_MAX_ENTRIES", "memory-max-entries", strconv.Itoa(memory.DefaultMaxEntries), "entries (tokens, nonces, records) the embedded store holds at most; idempotency records take at most half", false,
 		func(c *config, v string) error {
 			n, err := strconv.Atoi(v)
 			if err != nil || n < 1 {
@@ -359,7 +351,7 @@ var settings = []setting{
 			c.MemoryMax = n
 			return nil
 		}},
-	{"REPLAYGUARD_MEMORY_MAX_BYTES", "memory-max-bytes", size.Format(memory.DefaultMaxBytes), "bytes the embedded store's entries and stored responses take at most, with a KiB, MiB or GiB suffix; records take at most half", false,
+	{"REPLAYGUARD_MEMORY_MAX_BYTES", "memory-max-bytes", size.Format(memory.DefaultMaxBytes), "bytes the embedded store's entries and stored responses take at most, with a KiB, MiB or GiB suffix; idempotency records take at most half", false,
 		func(c *config, v string) (err error) { c.MemoryMaxBytes, err = size.Parse(v, 1<<40); return err }},
 	{"REPLAYGUARD_ISSUE_RATE", "issue-rate", rate(handlers.DefaultIssueRate), "tokens per client IP as N/s, N/m or N/h (burst N); 0 turns it off", false,
 		func(c *config, v string) (err error) { c.IssueRate, err = parseRate(v); return err }},
@@ -493,6 +485,18 @@ func parseDuration(v string) (time.Duration, error) {
 	return d, nil
 }
 
+// parseQuota reads a quota of records: auto (-1), or 0 (none) or more.
+func parseQuota(v string) (int, error) {
+	if v == autoValue {
+		return -1, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 0 {
+		return 0, errors.New("must be auto or an integer of 0 (none) or more")
+	}
+	return n, nil
+}
+
 // parseRate reads "N/s", "N/m" or "N/h" (burst N) or "0" (off).
 func parseRate(v string) (store.Limit, error) {
 	if v == "0" {
@@ -543,6 +547,25 @@ func (c *config) perCaller(st store.Store) int {
 	}
 	if u, ok := st.(store.Usager); ok {
 		return int(max(u.Usage().MaxRecords/10, 1))
+	}
+	return 0
+}
+
+// perAddress is REPLAYGUARD_IDEMPOTENCY_MAX_PER_ADDRESS for the store the
+// server runs on. auto is an eighth of the memory store's half for
+// records, but never below the per-caller bound (which it would make
+// moot), and none on a store without a bound. An eighth: since the bound
+// is a rate over the retention, one address holds at most about twice
+// it, a quarter of the records, so that no single address can fill them
+// however many credentials it invents; and at the default size that is
+// 62,500 new records a day for an office behind one NAT, over a hundred
+// for each of five hundred people.
+func (c *config) perAddress(st store.Store) int {
+	if c.PerAddress >= 0 {
+		return c.PerAddress
+	}
+	if u, ok := st.(store.Usager); ok {
+		return int(max(u.Usage().MaxRecords/8, int64(c.perCaller(st)), 1))
 	}
 	return 0
 }

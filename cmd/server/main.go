@@ -153,6 +153,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, out io.
 	if lim, ok := inst.(store.Limiter); ok {
 		opts = append(opts, handlers.WithIssueRate(lim, cfg.IssueRate))
 	}
+	if u, ok := st.(store.Usager); ok {
+		opts = append(opts, handlers.WithUsage(u))
+	}
 	if len(cfg.APIKeys) == 0 {
 		log.Warn("REPLAYGUARD_API_KEYS is not set: POST /v1/tokens/redeem is open to every caller")
 	}
@@ -201,9 +204,15 @@ func run(ctx context.Context, args []string, getenv func(string) string, out io.
 			}
 		}
 		if lim, ok := inst.(store.Limiter); ok {
-			if n := cfg.perCaller(st); n > 0 {
-				gopts = append(gopts, gateway.WithCallerQuota(lim, n))
-				log.Info("gateway: idempotency records per caller and retention", "max_per_caller", n)
+			perCaller, perAddress := cfg.perCaller(st), cfg.perAddress(st)
+			if perCaller > 0 {
+				gopts = append(gopts, gateway.WithCallerQuota(lim, perCaller))
+			}
+			if perAddress > 0 {
+				gopts = append(gopts, gateway.WithAddressQuota(lim, perAddress))
+			}
+			if perCaller > 0 || perAddress > 0 {
+				log.Info("gateway: idempotency records per retention (0: no bound)", "max_per_caller", perCaller, "max_per_address", perAddress)
 			}
 		}
 		gw, err := gateway.New(cfg.Upstream, cfg.Routes, gopts...)

@@ -1,6 +1,6 @@
 // Package request holds the steps every HTTP part of Replayguard takes
 // on an incoming request the same way: reading its body within a limit,
-// finding the client's IP, and checking RFC 9110 tokens.
+// finding the client's IP and its network, and checking RFC 9110 tokens.
 package request
 
 import (
@@ -69,6 +69,19 @@ func ClientIP(r *http.Request) string {
 		return r.RemoteAddr
 	}
 	return host
+}
+
+// Network returns the network an IP belongs to, for counting clients: an
+// IPv4 address is its own network, an IPv6 one is counted per /64 (as
+// "2001:db8::/64"), the block one host gets, so that a host cannot dodge
+// a bound by rotating its interface ID. A string that is no IP is
+// returned as it is.
+func Network(ip string) string {
+	addr := net.ParseIP(ip)
+	if addr == nil || addr.To4() != nil {
+		return ip
+	}
+	return addr.Mask(net.CIDRMask(64, 128)).String() + "/64"
 }
 
 // IsToken reports whether s is an RFC 9110 token, the syntax of methods

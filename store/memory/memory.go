@@ -47,9 +47,11 @@ type Store struct {
 
 	shards [shardCount]shard
 	// all counts every entry held, live or expired-but-unswept, and its
-	// bytes; records counts the records among them, which may take at
-	// most half of each bound, so that they never starve tokens and
-	// nonces.
+	// bytes; records counts the idempotency records among them (Acquire's),
+	// which may take at most half of each bound, so that they never
+	// starve tokens and nonces. A token's record (Redeem's) counts with
+	// the tokens: it takes its token's place, and idempotency records
+	// must not starve token routes either.
 	all, records pool
 	minExp       atomic.Int64 // no held entry expires before this (unix ns)
 	sweep        sync.Mutex   // one reclaiming sweep at a time
@@ -82,8 +84,8 @@ type entry struct {
 type pool struct {
 	n, bytes       atomic.Int64
 	maxN, maxBytes int64
-	// full is set when the pool refused an addition, and cleared when it
-	// takes one again (a forced one does not count).
+	// full is set when the pool refused an addition, and cleared when an
+	// addition to it succeeds again (see Store.count).
 	full atomic.Bool
 }
 
@@ -95,18 +97,23 @@ func (p *pool) add(n, b int64, force bool) bool {
 	if n > 0 && nn > p.maxN || b > 0 && bb > p.maxBytes && !force {
 		p.n.Add(-n)
 		p.bytes.Add(-b)
-		p.full.Store(true)
 		return false
-	}
-	if (n > 0 || b > 0) && !force && p.full.Load() {
-		p.full.Store(false)
 	}
 	return true
 }
 
-// isRecord reports whether the map key k holds a record.
+// fits clears p's full flag: an addition to it succeeded.
+func (p *pool) fits() {
+	if p.full.Load() {
+		p.full.Store(false)
+	}
+}
+
+// isRecord reports whether the map key k holds an idempotency record
+// (see recordKey), which counts in the records' pool. A token's record
+// does not.
 func isRecord(k string) bool {
-	return len(k) >= 2 && k[0] == 0 && (k[1] == 'r' || k[1] == 't')
+	return len(k) >= 2 && k[0] == 0 && k[1] == 'r'
 }
 
 // sizeOf is what e, under the map key k, counts towards the byte bound.
@@ -150,8 +157,9 @@ var (
 type Option func(*Store)
 
 // WithMaxEntries bounds how many entries (tokens, nonces and records
-// together) the store holds at once; records may take at most half of
-// them, so that they never starve tokens and nonces. Exactly n live
+// together) the store holds at once; idempotency records (Acquire's) may
+// take at most half of them, so that they never starve tokens, nonces
+// and tokens' records (Redeem's, which count with the tokens). Exactly n live
 // entries fit; redeeming, releasing or expiry frees a slot; Put, Redeem
 // and Acquire past the bound return store.ErrFull and never evict a live
 // entry. Defaults to DefaultMaxEntries (1,000,000); n <= 0 keeps the
@@ -166,8 +174,8 @@ func WithMaxEntries(n int) Option {
 
 // WithMaxBytes bounds the memory the store's entries take, in bytes:
 // their keys, purposes, subjects and stored responses, plus a fixed
-// overhead each (about 128 bytes, 208 for a record). Records may take at
-// most half of it. A Put, Redeem or Acquire that does not fit returns
+// overhead each (about 128 bytes, 208 for a record). Idempotency records
+// may take at most half of it, as with WithMaxEntries. A Put, Redeem or Acquire that does not fit returns
 // store.ErrFull; a Complete whose response does not fit returns it too
 // (package idempotency then completes the record without the body). The
 // process needs about twice this much for the Go heap to collect it.
@@ -352,14 +360,27 @@ func (s *Store) reserve(k string, size, now int64) bool {
 }
 
 // count adds n entries and b bytes under the map key k to the pools, or
-// nothing and false when they do not fit (see pool.add).
+// nothing and false when they do not fit (see pool.add). The pool that
+// refused is marked full; a growth that fits (not a forced one) clears
+// the marks of the pools it went into.
 func (s *Store) count(k string, n, b int64, force bool) bool {
-	if !s.all.add(n, b, force) {
+	rec := isRecord(k)
+	if rec && !s.records.add(n, b, force) {
+		s.records.full.Store(true)
 		return false
 	}
-	if isRecord(k) && !s.records.add(n, b, force) {
-		s.all.add(-n, -b, false)
+	if !s.all.add(n, b, force) {
+		if rec {
+			s.records.add(-n, -b, false)
+		}
+		s.all.full.Store(true)
 		return false
+	}
+	if (n > 0 || b > 0) && !force {
+		s.all.fits()
+		if rec {
+			s.records.fits()
+		}
 	}
 	return true
 }
@@ -642,7 +663,7 @@ func (s *Store) Usage() store.Usage {
 		MaxEntries: s.all.maxN, MaxBytes: s.all.maxBytes,
 		Records: s.records.n.Load(), RecordBytes: s.records.bytes.Load(),
 		MaxRecords: s.records.maxN, MaxRecordBytes: s.records.maxBytes,
-		Full: s.all.full.Load() || s.records.full.Load(),
+		Full: s.all.full.Load(), RecordsFull: s.records.full.Load(),
 	}
 }
 
@@ -681,9 +702,12 @@ func (s *Store) Allow(ctx context.Context, key string, l store.Limit) (bool, tim
 }
 
 // Ping implements store.Store. It fails after Close, and with
-// store.ErrFull while the store is full: an entry that did not fit (after
-// expired ones were reclaimed) was refused, and none of its kind (a token
-// or nonce, or a record) has fit since.
+// store.ErrFull while the store is full: an entry that did not fit its
+// bound (after expired ones were reclaimed) was refused, and none has
+// fit it since, so new tokens and nonces are refused. A store whose
+// records' half alone is full (Usage's RecordsFull) still answers: it
+// serves tokens, nonces and the records it holds, and refuses only new
+// idempotency records.
 func (s *Store) Ping(ctx context.Context) error {
 	if err := s.check(ctx, "ping"); err != nil {
 		return err

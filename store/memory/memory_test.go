@@ -116,8 +116,13 @@ func TestRecordBound(t *testing.T) {
 	if _, _, err := s.Acquire(ctx, "overflow", "fp", "o", time.Hour); !errors.Is(err, store.ErrFull) {
 		t.Fatalf("acquire past the records' half: err = %v, want ErrFull", err)
 	}
-	if err := s.Ping(ctx); !errors.Is(err, store.ErrFull) {
-		t.Fatalf("Ping while records are refused = %v, want ErrFull", err)
+	// Tokens, nonces and replays are still served: the store is ready,
+	// and says the records are full.
+	if err := s.Ping(ctx); err != nil {
+		t.Fatalf("Ping while only records are refused = %v, want nil", err)
+	}
+	if u := s.Usage(); !u.RecordsFull || u.Full {
+		t.Fatalf("usage while only records are refused = %+v, want RecordsFull and not Full", u)
 	}
 	// A duplicate of a live record is answered, not refused.
 	if rec, ok, err := s.Acquire(ctx, "0", "fp2", "o2", time.Hour); err != nil || ok || rec.Fingerprint != "fp" {
@@ -136,6 +141,9 @@ func TestRecordBound(t *testing.T) {
 	if _, err := s.Put(ctx, "token-past", store.Token{Purpose: "p"}, time.Hour); !errors.Is(err, store.ErrFull) {
 		t.Fatalf("put past the bound: err = %v, want ErrFull", err)
 	}
+	if err := s.Ping(ctx); !errors.Is(err, store.ErrFull) {
+		t.Fatalf("Ping while tokens are refused = %v, want ErrFull", err)
+	}
 	if got := s.Len(); got != max {
 		t.Fatalf("Len = %d, want %d", got, max)
 	}
@@ -151,7 +159,10 @@ func TestRecordBound(t *testing.T) {
 		t.Fatalf("acquire after release = %v, %v; want a slot", ok, err)
 	}
 	if err := s.Ping(ctx); err != nil {
-		t.Fatalf("Ping once records fit again = %v", err)
+		t.Fatalf("Ping once records and tokens fit again = %v", err)
+	}
+	if u := s.Usage(); u.RecordsFull || u.Full {
+		t.Fatalf("usage once records and tokens fit again = %+v, want neither full", u)
 	}
 	c.Advance(30 * time.Second)
 	if _, ok, err := s.Acquire(ctx, "after-expiry", "fp", "o", time.Hour); err != nil || !ok {
@@ -193,8 +204,8 @@ func TestByteBound(t *testing.T) {
 		completed++
 	}
 	u := s.Usage()
-	if completed != 2 || u.RecordBytes > u.MaxRecordBytes+1024 || !u.Full {
-		t.Fatalf("%d responses stored, usage %+v; want 2 of 200 KiB within the records' 512 KiB, and full", completed, u)
+	if completed != 2 || u.RecordBytes > u.MaxRecordBytes+1024 || !u.RecordsFull || u.Full {
+		t.Fatalf("%d responses stored, usage %+v; want 2 of 200 KiB within the records' 512 KiB, and the records full", completed, u)
 	}
 	// Tokens keep their half.
 	for i := range 100 {
@@ -258,6 +269,63 @@ func TestTokenRecordBound(t *testing.T) {
 	}
 	if got := s.Len(); got != max-2 {
 		t.Fatalf("Len after release = %d, want %d", got, max-2)
+	}
+}
+
+// TestTokenRecordsAreNotStarvedByKeyRecords: a token's record counts
+// with the tokens, not in the idempotency records' half, so that keyed
+// requests that fill that half (by entries or by bytes) cannot refuse a
+// token route's record (once 503 store_full for a fresh token).
+func TestTokenRecordsAreNotStarvedByKeyRecords(t *testing.T) {
+	ctx := context.Background()
+	tok := store.Token{Purpose: "checkout"}
+	for _, tc := range []struct {
+		name string
+		opts []memory.Option
+		resp []byte
+	}{
+		{"by entries", []memory.Option{memory.WithMaxEntries(20)}, []byte("ok")},
+		{"by bytes", []memory.Option{memory.WithMaxBytes(64 << 10)}, bytes.Repeat([]byte("r"), 4<<10)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := memory.New(append(tc.opts, memory.WithJanitorInterval(time.Hour))...)
+			defer s.Close()
+			for i := 0; ; i++ {
+				key := "k" + strconv.Itoa(i)
+				_, ok, err := s.Acquire(ctx, key, "fp", "o", time.Hour)
+				if errors.Is(err, store.ErrFull) {
+					break
+				}
+				if err != nil || !ok {
+					t.Fatalf("acquire %d = %v, %v", i, ok, err)
+				}
+				ok, err = s.Complete(ctx, key, "o", tc.resp, time.Hour)
+				if errors.Is(err, store.ErrFull) { // full by bytes
+					ok, err = s.Complete(ctx, key, "o", nil, time.Hour)
+				}
+				if err != nil || !ok {
+					t.Fatalf("complete %d = %v, %v", i, ok, err)
+				}
+			}
+			for i := range 3 {
+				id := "tok" + strconv.Itoa(i)
+				if ok, err := s.Put(ctx, id, tok, time.Hour); err != nil || !ok {
+					t.Fatalf("put %s with the records' half full = %v, %v", id, ok, err)
+				}
+				if res, _, err := s.Redeem(ctx, id, tok, "o", time.Minute); res != store.Redeemed || err != nil {
+					t.Fatalf("redeem %s with a record, the records' half full = %v, %v; want Redeemed", id, res, err)
+				}
+				if ok, err := s.Complete(ctx, store.TokenRecordKey(id), "o", tc.resp, time.Hour); err != nil || !ok {
+					t.Fatalf("complete %s's record = %v, %v", id, ok, err)
+				}
+				if res, rec, err := s.Redeem(ctx, id, tok, "o2", time.Minute); res != store.Recorded || err != nil || !bytes.Equal(rec.Response, tc.resp) {
+					t.Fatalf("redeem %s again = %v, %v; want its record", id, res, err)
+				}
+			}
+			if u := s.Usage(); u.Records > u.MaxRecords || u.RecordBytes > u.MaxRecordBytes {
+				t.Fatalf("usage %+v: token records counted as idempotency records", u)
+			}
+		})
 	}
 }
 
