@@ -2,14 +2,15 @@ package problem
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/replayguard/replayguard/idempotency"
+	"github.com/replayguard/replayguard/internal/jsonw"
 	"github.com/replayguard/replayguard/replay"
 	"github.com/replayguard/replayguard/store"
 	"github.com/replayguard/replayguard/token"
@@ -218,7 +219,41 @@ func (p Problem) Write(w http.ResponseWriter) {
 		h.Set("WWW-Authenticate", `Signature realm="replayguard"`)
 	}
 	w.WriteHeader(p.Status)
-	_ = json.NewEncoder(w).Encode(p)
+	bp := bodies.Get().(*[]byte)
+	b := p.appendJSON((*bp)[:0])
+	_, _ = w.Write(b)
+	if cap(b) <= 4<<10 {
+		*bp = b
+		bodies.Put(bp)
+	}
+}
+
+var bodies = sync.Pool{New: func() any { b := make([]byte, 0, 512); return &b }}
+
+// appendJSON appends p as json.Marshal writes it, members in the same
+// order, without escaping '<', '>' and '&' (see internal/jsonw), and a
+// newline, as json.Encoder ends it. Every problem goes through here, so
+// it is written without reflection.
+func (p Problem) appendJSON(b []byte) []byte {
+	b = append(b, `{"type":`...)
+	b = jsonw.Quoted(b, p.Type)
+	b = append(b, `,"title":`...)
+	b = jsonw.Quoted(b, p.Title)
+	b = append(b, `,"status":`...)
+	b = strconv.AppendInt(b, int64(p.Status), 10)
+	b = append(b, `,"detail":`...)
+	b = jsonw.Quoted(b, p.Detail)
+	b = append(b, `,"code":`...)
+	b = jsonw.Quoted(b, p.Code)
+	if p.RequestID != "" {
+		b = append(b, `,"request_id":`...)
+		b = jsonw.Quoted(b, p.RequestID)
+	}
+	if p.ServerTime != "" {
+		b = append(b, `,"server_time":`...)
+		b = jsonw.Quoted(b, p.ServerTime)
+	}
+	return append(b, "}\n"...)
 }
 
 // signatureCodes are the 401 problems of replay's refusals.
