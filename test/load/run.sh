@@ -314,8 +314,9 @@ wait_http "http://127.0.0.1:$RG_PORT/readyz" GET 200 "$RG_PID" || die "replaygua
 wait_http "http://127.0.0.1:$BL_PORT/noop" POST 204 "$BL_PID" || die "baseline did not start: $(tail -5 "$WORK/baseline.log")"
 echo "replayguard on 127.0.0.1:$RG_PORT (pid $RG_PID): REPLAYGUARD_ISSUE_RATE=0, no API keys, Redis db 0, REPLAYGUARD_MACHINE_ID=1, REPLAYGUARD_CLIENT_KEYS (load clientkeys), logs to a file"
 echo "baseline    on 127.0.0.1:$BL_PORT (pid $BL_PID): Redis db 1"
-# Each entry: label mode port pid [load flags...]. PROFILED lists the
-# entries PROFILE=1 profiles.
+# Each entry: label mode port pid [load flags...]; a mode with a suffix
+# (pairs-1conn) is the load mode before the - under that name (see
+# load_args). PROFILED lists the entries PROFILE=1 profiles.
 PLAN=(
 	"replayguard pairs $RG_PORT $RG_PID"
 	"baseline pairs $BL_PORT $BL_PID"
