@@ -90,15 +90,16 @@ load_setup() {
 	trap 'exit 143' TERM
 }
 
-# free_port sets FREE_PORT to a loopback port that is free now and that it
-# has not handed out before.
+# free_port sets FREE_PORT to a loopback port that is free now, whose
+# Redis Cluster bus port (port+10000) is free too, and that it has not
+# handed out before.
 USED_PORTS=" "
 free_port() {
 	local p
 	for _ in $(seq 1 200); do
 		p=$((20000 + RANDOM % 25000))
 		[[ "$USED_PORTS" == *" $p "* ]] && continue
-		if (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
+		if (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null || (exec 3<>"/dev/tcp/127.0.0.1/$((p + 10000))") 2>/dev/null; then
 			continue
 		fi
 		USED_PORTS+="$p "

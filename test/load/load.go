@@ -29,7 +29,10 @@ type summary struct {
 	Label string `json:"label"`
 	Mode  string `json:"mode"`
 	// Alg is -alg in verify mode: hmac or ed25519.
-	Alg     string `json:"alg,omitempty"`
+	Alg string `json:"alg,omitempty"`
+	// Name is -name: the run's name of its mode in reports, such as
+	// pairs-1conn for pairs at one worker; empty for the default.
+	Name    string `json:"name,omitempty"`
 	URL     string `json:"url"`
 	Workers int    `json:"workers"`
 	// NumCPU is runtime.NumCPU() of the machine the run was on.
@@ -477,6 +480,7 @@ func run(ctx context.Context, cfg *config) (*summary, error) {
 	if cfg.mode == "verify" {
 		s.Alg = cfg.alg
 	}
+	s.Name = cfg.name
 	if cfg.mode == "verify" || cfg.mode == "redeem" {
 		s.Pool, s.PrepareS = cfg.pool, prepare.Seconds()
 	}
@@ -647,9 +651,12 @@ func writeSummary(w io.Writer, jsonFile string, s *summary) error {
 	return f.Close()
 }
 
-// modeName names a run's mode in reports: the mode, and for verify its
-// algorithm ("verify/hmac").
+// modeName names a run's mode in reports: its -name if it has one, else
+// the mode, and for verify its algorithm ("verify/hmac").
 func modeName(s *summary) string {
+	if s.Name != "" {
+		return s.Name
+	}
 	if s.Alg != "" {
 		return s.Mode + "/" + s.Alg
 	}

@@ -132,6 +132,7 @@ type config struct {
 	url         string
 	mode        string
 	label       string
+	name        string
 	workers     int
 	duration    time.Duration
 	maxRequests int64
@@ -163,6 +164,7 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs.StringVar(&c.url, "url", "http://127.0.0.1:8080", "base URL of the server (loopback only)")
 	fs.StringVar(&c.mode, "mode", "pairs", "pairs, forged, noop, verify or redeem; for the gateway: bare, passthrough, first, replay, fp-first, fp-replay, wh-first or wh-replay")
 	fs.StringVar(&c.label, "label", "", "name of the target in the summary (default: the URL's host)")
+	fs.StringVar(&c.name, "name", "", "name of the mode in the summary and the report, such as pairs-1conn for a pairs run at -workers 1 (default: the mode, with /alg in verify mode)")
 	fs.IntVar(&c.workers, "workers", 64, "concurrent workers, each with at most one request in flight")
 	fs.DurationVar(&c.duration, "duration", 10*time.Second, "how long to run (at most 10m)")
 	fs.Int64Var(&c.maxRequests, "max-requests", 20_000_000, "stop after this many requests, whichever comes first")

@@ -21,7 +21,9 @@ type watched struct {
 
 // parseWatch reads "name:pid,name:pid+": a pid with a + counts the
 // process and every descendant, for a server such as PostgreSQL that
-// works in child processes (its backends).
+// works in child processes (its backends). A name given more than once
+// counts the sum of its processes, such as the nodes of a Redis Cluster
+// (redis:pid1,redis:pid2,redis:pid3).
 func parseWatch(spec string) ([]watched, error) {
 	var out []watched
 	for _, part := range strings.Split(spec, ",") {
@@ -57,10 +59,10 @@ func sampleCPU(ws []watched) cpuSample {
 	for _, w := range ws {
 		if w.tree {
 			if t, ok := treeTicks(w.pid); ok {
-				s[w.name] = t
+				s[w.name] += t
 			}
 		} else if t, ok := procTicks("/proc/" + strconv.Itoa(w.pid) + "/stat"); ok {
-			s[w.name] = t
+			s[w.name] += t
 		}
 	}
 	if busy, irq, steal, ok := machineTicks(); ok {

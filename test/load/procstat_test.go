@@ -55,3 +55,21 @@ func TestTreeTicks(t *testing.T) {
 		t.Errorf("sampleCPU of a tree = %v, want a postgres entry", s)
 	}
 }
+
+func TestSampleCPUSumsARepeatedName(t *testing.T) {
+	self := os.Getpid()
+	own, ok := procTicks("/proc/self/stat")
+	if !ok {
+		t.Skip("no /proc/self/stat")
+	}
+	// The same process twice under one name, as run.sh watches the three
+	// nodes of a Redis Cluster as redis: counted twice.
+	s := sampleCPU([]watched{{"redis", self, false}, {"redis", self, false}})
+	if s["redis"] < 2*own {
+		t.Errorf("sampleCPU of a name given twice = %d ticks, want at least twice its process's %d", s["redis"], own)
+	}
+	ws, err := parseWatch("server:1,redis:2,redis:3,redis:4")
+	if err != nil || len(ws) != 4 {
+		t.Errorf("parseWatch with a repeated name = %v, %v; want four entries", ws, err)
+	}
+}

@@ -18,10 +18,18 @@
 #      with per-request logging off runs pairs and forged in the same
 #      rounds; with POSTGRES=1 (default) a third Replayguard, on the
 #      PostgreSQL store of a private PostgreSQL cluster, runs pairs in the
-#      same rounds (label replayguard-postgres);
-#   4. the report: tables and target pass/miss (load report), with the
-#      PostgreSQL instance's pairs/s, p99 and their ratios to the Redis
-#      instance's (issue 11 §5).
+#      same rounds (label replayguard-postgres); with MEMORY=1 (default)
+#      one on the embedded memory store (label replayguard-memory); with
+#      CLUSTER=1 (default where redis-cli can create a cluster) one on a
+#      private three-master Redis Cluster (label replayguard-cluster);
+#      with ONECONN=1 (default) Replayguard (Redis) and the baseline also
+#      run pairs at one worker (mode pairs-1conn);
+#   4. the report: tables and target pass/miss (load report) against
+#      issue 13's targets, each with its throughput and per-CPU-second
+#      ratio: pairs, p99, forged, verify against the baseline; the
+#      embedded server's pairs against the baseline's; p50 and p99 at one
+#      connection; the pairs/s, p50, p99 and ratios of every store's
+#      instance (Redis, Cluster, PostgreSQL, memory; issues 11 §5, 13).
 # Every process it starts is stopped by pid at exit, pass or fail. Traffic
 # goes to 127.0.0.1 only.
 #
@@ -60,8 +68,24 @@
 #   POSTGRES_URL_OPTIONS="&pool_max_conns=16"  appended to the instance's
 #                  REPLAYGUARD_POSTGRES_URL (pgx pool settings); without
 #                  it the pool has pgx's default size, max(4, CPUs)
+#   MEMORY=0       skip the Replayguard instance on the embedded memory
+#                  store (no REPLAYGUARD_REDIS_URL), label
+#                  replayguard-memory: its pairs, against the baseline's
+#                  on Redis, are issue 13's "embedded server ≥ 2×"
+#   CLUSTER=1      start a private Redis Cluster (three masters, no
+#                  replicas, no persistence, on free loopback ports, as CI
+#                  does: internal/testenv/redis.sh) and a Replayguard
+#                  instance on it (REPLAYGUARD_REDIS_CLUSTER_ADDRS), label
+#                  replayguard-cluster, whose pairs run in the same rounds.
+#                  Default: on where redis-cli can create a cluster (Redis
+#                  5 or later); CLUSTER=0 skips it, CLUSTER=1 fails
+#                  without it. Its three nodes' CPU counts as the store's
+#   ONECONN=0      skip pairs at one worker (mode pairs-1conn, load -name
+#                  pairs-1conn -workers 1) of Replayguard on Redis and the
+#                  baseline, whose p50 issue 13 wants not to rise
 #   MODES="pairs"  run only the load runs of these modes (space-separated;
-#                  pairs forged noop verify redeem), for a quick check
+#                  pairs pairs-1conn forged noop verify redeem), for a
+#                  quick check; pairs does not select pairs-1conn
 #   MICRO=0        skip the Go benchmarks and redis-benchmark (steps 1, 2)
 #   NICE=-10       priority of the run on a shared machine: the script
 #                  re-runs itself in a session of its own (setsid) and sets
@@ -83,6 +107,8 @@ TOOLS="go redis-server redis-cli redis-benchmark curl"
 . test/load/lib.sh
 # shellcheck source=internal/testenv/postgres.sh
 . internal/testenv/postgres.sh
+# shellcheck source=internal/testenv/redis.sh
+. internal/testenv/redis.sh
 load_session "$@"
 
 DURATION=${DURATION:-2.5s}
@@ -97,10 +123,30 @@ VARIANTS=${VARIANTS:-1}
 POSTGRES=${POSTGRES:-1}
 POSTGRES_SETTINGS=${POSTGRES_SETTINGS:-}
 POSTGRES_URL_OPTIONS=${POSTGRES_URL_OPTIONS:-}
+MEMORY=${MEMORY:-1}
+CLUSTER=${CLUSTER:-}
+ONECONN=${ONECONN:-1}
 MODES=${MODES:-}
 MICRO=${MICRO:-1}
 
 load_setup
+# redis-cli makes clusters (--cluster create) since Redis 5. Its help
+# exits 1, so read its text, not its status.
+cluster_capable() {
+	local help
+	help=$(redis-cli --cluster help 2>&1 || true)
+	grep -q '^ *create ' <<<"$help"
+}
+if [[ -z "$CLUSTER" ]]; then
+	CLUSTER=0
+	if cluster_capable; then
+		CLUSTER=1
+	else
+		echo "run.sh: this redis-cli cannot create a Redis Cluster (Redis 5 or later can): no replayguard-cluster" >&2
+	fi
+elif [[ "$CLUSTER" == 1 ]] && ! cluster_capable; then
+	die "CLUSTER=1 but this redis-cli cannot create a Redis Cluster (Redis 5 or later can)"
+fi
 if [[ "$POSTGRES" == 1 ]]; then
 	PG_BIN=$(pg_bin) || die "PostgreSQL's initdb not found (looked on PATH and in /usr/lib/postgresql/*/bin): apt-get install postgresql, or POSTGRES=0"
 fi
@@ -156,6 +202,23 @@ done
 [[ "$(redis-cli -p "$REDIS_PORT" ping 2>/dev/null)" == PONG ]] || die "redis-server did not answer"
 echo "redis-server on 127.0.0.1:$REDIS_PORT (pid $REDIS_PID): --save '' --appendonly no"
 rcli() { redis-cli -h 127.0.0.1 -p "$REDIS_PORT" "$@"; }
+
+if [[ "$CLUSTER" == 1 ]]; then
+	section "redis cluster"
+	REDIS_TMP_PREFIX="$WORK/redis"
+	REDIS_NICE=$NICE
+	CLUSTER_ADDRS=()
+	CLUSTER_PIDS=()
+	for _ in 1 2 3; do
+		start_redis cluster
+		CLUSTER_ADDRS+=("127.0.0.1:$STARTED_PORT")
+		CLUSTER_PIDS+=("$STARTED_PID")
+	done
+	# redis-cli's account of the slots it assigns goes to a file; a
+	# failure to stderr.
+	redis_cluster_create "${CLUSTER_ADDRS[@]}" >"$WORK/redis-cluster-create.log"
+	echo "redis cluster on ${CLUSTER_ADDRS[*]} (pids ${CLUSTER_PIDS[*]}): three masters, no replicas, --save '' --appendonly no"
+fi
 
 if [[ "$POSTGRES" == 1 ]]; then
 	section postgres
@@ -251,8 +314,9 @@ wait_http "http://127.0.0.1:$RG_PORT/readyz" GET 200 "$RG_PID" || die "replaygua
 wait_http "http://127.0.0.1:$BL_PORT/noop" POST 204 "$BL_PID" || die "baseline did not start: $(tail -5 "$WORK/baseline.log")"
 echo "replayguard on 127.0.0.1:$RG_PORT (pid $RG_PID): REPLAYGUARD_ISSUE_RATE=0, no API keys, Redis db 0, REPLAYGUARD_MACHINE_ID=1, REPLAYGUARD_CLIENT_KEYS (load clientkeys), logs to a file"
 echo "baseline    on 127.0.0.1:$BL_PORT (pid $BL_PID): Redis db 1"
-# Each entry: label mode port pid [load flags...]. PROFILED lists the
-# entries PROFILE=1 profiles.
+# Each entry: label mode port pid [load flags...]; a mode with a suffix
+# (pairs-1conn) is the load mode before the - under that name (see
+# load_args). PROFILED lists the entries PROFILE=1 profiles.
 PLAN=(
 	"replayguard pairs $RG_PORT $RG_PID"
 	"baseline pairs $BL_PORT $BL_PID"
@@ -287,8 +351,10 @@ if [[ "$VARIANTS" == 1 ]]; then
 		"replayguard-quiet forged $RQ_PORT $RQ_PID"
 	)
 fi
-# The store process each target's runs watch: the PostgreSQL instance's
-# is the postmaster with its backends (+), the others' the run's Redis.
+# The store processes each target's runs watch (load -watch): the
+# PostgreSQL instance's is the postmaster with its backends (+), the
+# Cluster instance's its three nodes under one name, the memory
+# instance's none, the others' the run's Redis.
 declare -A STORE_WATCH=()
 if [[ "$POSTGRES" == 1 ]]; then
 	# The same server on the PostgreSQL store: its own machine ID; it
@@ -310,19 +376,81 @@ if [[ "$POSTGRES" == 1 ]]; then
 	PLAN+=("replayguard-postgres pairs $RP_PORT $RP_PID")
 	PROFILED+=("$((${#PLAN[@]} - 1))")
 fi
+if [[ "$MEMORY" == 1 ]]; then
+	# The same server on the embedded memory store: no Redis at all.
+	free_port || die "no free port"
+	RM_PORT=$FREE_PORT
+	nice -n "$NICE" env -i PATH="$PATH" HOME="${HOME:-/root}" \
+		REPLAYGUARD_ADDR="127.0.0.1:$RM_PORT" \
+		REPLAYGUARD_ISSUE_RATE=0 \
+		REPLAYGUARD_SIGNING_KEYS="$SIGNING_KEYS" \
+		REPLAYGUARD_MACHINE_ID=4 \
+		"$WORK/server" >"$WORK/server-memory.log" 2>&1 &
+	RM_PID=$!
+	PIDS+=("$RM_PID")
+	wait_http "http://127.0.0.1:$RM_PORT/readyz" GET 200 "$RM_PID" || die "replayguard-memory did not get ready: $(tail -5 "$WORK/server-memory.log")"
+	echo "replayguard-memory on 127.0.0.1:$RM_PORT (pid $RM_PID): the same on the embedded memory store (no Redis), REPLAYGUARD_MACHINE_ID=4"
+	STORE_WATCH[replayguard-memory]=""
+	PLAN+=("replayguard-memory pairs $RM_PORT $RM_PID")
+	PROFILED+=("$((${#PLAN[@]} - 1))")
+fi
+if [[ "$CLUSTER" == 1 ]]; then
+	# The same server on the run's Redis Cluster.
+	free_port || die "no free port"
+	RC_PORT=$FREE_PORT
+	nice -n "$NICE" env -i PATH="$PATH" HOME="${HOME:-/root}" \
+		REPLAYGUARD_ADDR="127.0.0.1:$RC_PORT" \
+		REPLAYGUARD_ISSUE_RATE=0 \
+		REPLAYGUARD_REDIS_CLUSTER_ADDRS="$(IFS=,; echo "${CLUSTER_ADDRS[*]}")" \
+		REPLAYGUARD_SIGNING_KEYS="$SIGNING_KEYS" \
+		REPLAYGUARD_MACHINE_ID=5 \
+		"$WORK/server" >"$WORK/server-cluster.log" 2>&1 &
+	RC_PID=$!
+	PIDS+=("$RC_PID")
+	wait_http "http://127.0.0.1:$RC_PORT/readyz" GET 200 "$RC_PID" || die "replayguard-cluster did not get ready: $(tail -5 "$WORK/server-cluster.log")"
+	echo "replayguard-cluster on 127.0.0.1:$RC_PORT (pid $RC_PID): the same on REPLAYGUARD_REDIS_CLUSTER_ADDRS=$(IFS=,; echo "${CLUSTER_ADDRS[*]}"), REPLAYGUARD_MACHINE_ID=5"
+	STORE_WATCH[replayguard-cluster]=$(printf 'redis:%s,' "${CLUSTER_PIDS[@]}")
+	STORE_WATCH[replayguard-cluster]=${STORE_WATCH[replayguard-cluster]%,}
+	PLAN+=("replayguard-cluster pairs $RC_PORT $RC_PID")
+	PROFILED+=("$((${#PLAN[@]} - 1))")
+fi
+if [[ "$ONECONN" == 1 ]]; then
+	# Pairs at one worker: latency with nothing to share a round trip
+	# with. Not profiled.
+	PLAN+=(
+		"replayguard pairs-1conn $RG_PORT $RG_PID -workers 1"
+		"baseline pairs-1conn $BL_PORT $BL_PID -workers 1"
+	)
+fi
 # wanted MODE: MODES is unset or lists MODE.
 wanted() { [[ -z "$MODES" || " $MODES " == *" $1 "* ]]; }
 
 section load
 RUNS="$WORK/runs.jsonl"
 UNCLEAN=0
+# watch_spec LABEL PID: load's -watch for a run of LABEL's server PID.
+watch_spec() {
+	local store=${STORE_WATCH[$1]-redis:$REDIS_PID}
+	echo "server:$2${store:+,$store}"
+}
+# load_args MODE ARGS...: sets ARGS to load's flags for a plan entry of
+# MODE with ARGS: a MODE with a suffix (pairs-1conn) runs the mode before
+# the - under MODE's name (-name), and WORKERS workers unless ARGS say.
+load_args() {
+	local mode=$1
+	shift
+	ARGS=(-mode "${mode%%-*}")
+	[[ "$mode" == *-* ]] && ARGS+=(-name "$mode")
+	[[ " $* " == *" -workers "* ]] || ARGS+=(-workers "$WORKERS")
+	ARGS+=("$@")
+}
 load() {
 	local label=$1 mode=$2 port=$3 pid=$4
 	shift 4
-	echo "\$ load -url http://127.0.0.1:$port -label $label -mode $mode -workers $WORKERS -duration $DURATION $*"
-	N "$WORK/load" -url "http://127.0.0.1:$port" -label "$label" -mode "$mode" \
-		-workers "$WORKERS" -duration "$DURATION" "$@" \
-		-watch "server:$pid,${STORE_WATCH[$label]:-redis:$REDIS_PID}" -json "$RUNS" || UNCLEAN=$((UNCLEAN + 1))
+	load_args "$mode" "$@"
+	echo "\$ load -url http://127.0.0.1:$port -label $label ${ARGS[*]} -duration $DURATION"
+	N "$WORK/load" -url "http://127.0.0.1:$port" -label "$label" "${ARGS[@]}" -duration "$DURATION" \
+		-watch "$(watch_spec "$label" "$pid")" -json "$RUNS" || UNCLEAN=$((UNCLEAN + 1))
 	echo
 }
 # The plan's entries whose mode MODES selects.
@@ -352,9 +480,11 @@ for ((round = 1; round <= ROUNDS; round++)); do
 done
 echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "replayguard log: $(wc -l <"$WORK/server.log") lines, $(grep -c '"level":"ERROR"' "$WORK/server.log" || true) at level ERROR"
-if [[ "$POSTGRES" == 1 ]]; then
-	echo "replayguard-postgres log: $(wc -l <"$WORK/server-postgres.log") lines, $(grep -c '"level":"ERROR"' "$WORK/server-postgres.log" || true) at level ERROR"
-fi
+for name in postgres memory cluster; do
+	f="$WORK/server-$name.log"
+	[[ -e "$f" ]] || continue
+	echo "replayguard-$name log: $(wc -l <"$f") lines, $(grep -c '"level":"ERROR"' "$f" || true) at level ERROR"
+done
 
 section report
 "$WORK/load" report -runs "$RUNS" -gobench "$GOBENCH" -redisbench "$RB" | tee "$WORK/report.md"
@@ -383,9 +513,10 @@ if [[ "$PROFILE" == 1 ]]; then
 		file="$WORK/perf-$label-${name//\//-}"
 		# The ready file comes once the requests are prepared, so that
 		# neither signing nor issuing is profiled.
+		load_args "$mode" "$@" ${extra[@]+"${extra[@]}"}
 		profile_run "$pid" "$file" "$label $name: top symbols by inclusive share of server CPU" \
-			-url "http://127.0.0.1:$port" -label "$label" -mode "$mode" -workers "$WORKERS" "$@" "${extra[@]}" \
-			-watch "server:$pid,${STORE_WATCH[$label]:-redis:$REDIS_PID}" -json "$PRUNS"
+			-url "http://127.0.0.1:$port" -label "$label" "${ARGS[@]}" \
+			-watch "$(watch_spec "$label" "$pid")" -json "$PRUNS"
 		SPLIT+=("$label:$name=$file.txt")
 	done
 	# Shares come from the profiles; µs from the measured (unprofiled) runs'
