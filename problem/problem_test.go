@@ -179,9 +179,9 @@ func ExampleFor() {
 	}
 	// Output:
 	// 409 urn:replayguard:problem:token_used
-	//   detail: "The token was already redeemed. Fetch a new token for a new request."
+	//   detail: "the token was already redeemed; fetch a new token for a new request"
 	// 503 urn:replayguard:problem:store_unavailable
-	//   detail: "The store did not confirm the operation; nothing was done. Retry later."
+	//   detail: "the store did not confirm the operation; nothing was done; retry later"
 }
 
 // TestStoreFailuresReadTheSameOnEveryPath: a store failure is one row of
