@@ -224,7 +224,9 @@ func (p Problem) Write(w http.ResponseWriter) {
 		h.Set("WWW-Authenticate", `Signature realm="replayguard"`)
 	}
 	w.WriteHeader(p.Status)
-	_ = json.NewEncoder(w).Encode(p)
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false) // a detail's "<API key>" reaches curl as written, not as \u003cAPI key\u003e
+	_ = enc.Encode(p)
 }
 
 // signatureCodes are the 401 problems of replay's refusals.
