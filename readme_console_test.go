@@ -30,8 +30,13 @@ import (
 //	<!-- readme-test: skip <reason> -->
 //
 // for a block that needs what the test cannot give it (PostgreSQL, the
-// npm registry, a file of the reader's); the reason is required and is
-// logged as the block's subtest skips.
+// npm registry); the reason is required and is logged as the block's
+// subtest skips. A fenced block of another language before which
+//
+//	<!-- readme-test: file <name> -->
+//
+// stands is a file the reader writes: its text becomes the file <name> in
+// the session's directory when the blocks before it have run.
 //
 // What the README shows is compared with what the commands print after
 // both are normalised (readmeVolatile): values that differ on every run
@@ -67,11 +72,14 @@ func normaliseConsole(s string) string {
 	return s
 }
 
-// consoleBlock is a ```console block of README.md.
+// consoleBlock is a ```console block of README.md, or a file block.
 type consoleBlock struct {
 	line int    // of its fence
 	skip string // the reason of its skip marker, or ""
 	cmds []consoleCmd
+	// file names the file a block with a file marker is, and content is
+	// its text.
+	file, content string
 }
 
 // consoleCmd is one "$ " command of a block and the output shown for it.
@@ -99,12 +107,23 @@ func readmeConsole(t *testing.T) []consoleBlock {
 			marker, markerLine = m[1], i+1
 			continue
 		}
+		if name, ok := strings.CutPrefix(marker, "file "); ok && strings.HasPrefix(line, "```") && line != "```console" {
+			b := consoleBlock{line: i + 1, file: strings.TrimSpace(name)}
+			if b.file == "" || b.file != filepath.Base(b.file) {
+				t.Errorf("README.md:%d: marker %q: want \"file <name>\", a name without a directory", markerLine, marker)
+			}
+			for i++; i < len(lines) && !strings.HasPrefix(lines[i], "```"); i++ {
+				b.content += lines[i] + "\n"
+			}
+			blocks, marker = append(blocks, b), ""
+			continue
+		}
 		if line == "```console" {
 			b := consoleBlock{line: i + 1}
 			if marker != "" {
 				reason, ok := strings.CutPrefix(marker, "skip ")
 				if !ok || strings.TrimSpace(reason) == "" {
-					t.Errorf("README.md:%d: marker %q: want \"skip <reason>\"", markerLine, marker)
+					t.Errorf("README.md:%d: marker %q: want \"skip <reason>\" before a console block", markerLine, marker)
 				}
 				b.skip, marker = strings.TrimSpace(reason), ""
 			}
@@ -127,7 +146,7 @@ func readmeConsole(t *testing.T) []consoleBlock {
 			continue
 		}
 		if marker != "" && strings.TrimSpace(line) != "" {
-			t.Errorf("README.md:%d: marker not followed by a ```console block", markerLine)
+			t.Errorf("README.md:%d: marker not followed by a fenced block", markerLine)
 			marker = ""
 		}
 	}
@@ -313,6 +332,12 @@ func TestReadmeConsoleBlocks(t *testing.T) {
 	local := strings.NewReplacer("localhost:8080", addr, "127.0.0.1:8080", addr)
 
 	for _, b := range blocks {
+		if b.file != "" {
+			if err := os.WriteFile(filepath.Join(dir, b.file), []byte(b.content), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
 		t.Run(fmt.Sprintf("README.md:%d", b.line), func(t *testing.T) {
 			if b.skip != "" {
 				t.Skip(b.skip)
