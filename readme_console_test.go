@@ -291,8 +291,8 @@ func (s *readmeServer) output() string {
 
 // TestReadmeConsoleBlocks runs README.md's console blocks against a real
 // server and compares what they print with what the README shows, so the
-// README's examples cannot drift from the server (see the comment on
-// readmeVolatile for the rules).
+// README's examples cannot drift from the server (the rules for blocks,
+// markers and placeholders are at the top of this file).
 //
 // The server is the one "go run ./cmd/server" builds, started with the
 // default settings before the first block; a block command that runs
