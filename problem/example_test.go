@@ -26,9 +26,9 @@ func Example() {
 	}
 	// Output:
 	// 409 application/problem+json Retry-After: false
-	// {"type":"urn:replayguard:problem:token_used","title":"Token already used","status":409,"detail":"The token was already redeemed. Fetch a new token for a new request.","code":"token_used"}
+	// {"type":"urn:replayguard:problem:token_used","title":"Token already used","status":409,"detail":"the token was already redeemed; fetch a new token for a new request","code":"token_used"}
 	// 400 application/problem+json Retry-After: false
 	// {"type":"urn:replayguard:problem:invalid_request","title":"Invalid request","status":400,"detail":"purpose must match ^[A-Za-z0-9._:/-]{1,64}$","code":"invalid_request"}
 	// 503 application/problem+json Retry-After: true
-	// {"type":"urn:replayguard:problem:store_unavailable","title":"Store unavailable","status":503,"detail":"The store did not confirm the operation; nothing was done. Retry later.","code":"store_unavailable"}
+	// {"type":"urn:replayguard:problem:store_unavailable","title":"Store unavailable","status":503,"detail":"the store did not confirm the operation; nothing was done; retry later","code":"store_unavailable"}
 }

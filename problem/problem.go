@@ -76,6 +76,12 @@ type Problem struct {
 }
 
 // spec is one row of the table.
+//
+// A detail reads like a Go error string, as the details that errors
+// carry do (fmt.Errorf("%w: qty must be at least 1", ErrBadRequest)), so
+// that a client sees one style whichever of the two it gets: it starts
+// with a lower-case letter, joins its clauses with semicolons, and has
+// no final period.
 type spec struct {
 	err    error
 	status int
@@ -92,41 +98,41 @@ type spec struct {
 // table is the one place where errors become HTTP statuses and codes.
 // The first entry that errors.Is matches wins.
 var table = []spec{
-	{err: token.ErrBadRequest, status: 400, code: "invalid_request", title: "Invalid request", detail: "The request is malformed."},
-	{err: ErrBadRequest, status: 400, code: "invalid_request", title: "Invalid request", detail: "The request is malformed."},
-	{err: idempotency.ErrBadLease, status: 400, code: "invalid_request", title: "Invalid request", detail: "The request is malformed."},
-	{err: webhook.ErrNoID, status: 400, code: "invalid_request", title: "Invalid request", detail: "The webhook delivery verified but carries no usable ID to run it once under."},
-	{err: idempotency.ErrKeyMissing, status: 400, code: "idempotency_key_missing", title: "Idempotency key missing", detail: "This route requires an Idempotency-Key header, such as Idempotency-Key: \"8e03978e-40d5-43e8-bc93-6894a57f9324\"."},
-	{err: idempotency.ErrInvalidKey, status: 400, code: "invalid_idempotency_key", title: "Invalid idempotency key", detail: "The Idempotency-Key header must be one RFC 8941 sf-string of 1 to 255 characters, such as \"8e03978e-40d5-43e8-bc93-6894a57f9324\"."},
-	{err: ErrUnauthorized, status: 401, code: "unauthorized", title: "Missing or invalid API key", detail: "Send Authorization: Bearer <API key>."},
-	{err: token.ErrInvalid, status: 401, code: "token_invalid", title: "Invalid token", detail: "The token is malformed, forged, or signed with a key this server does not know. Fetch a new token."},
-	{err: token.ErrExpired, status: 401, code: "token_expired", title: "Token expired", detail: "The token has expired. Fetch a new token."},
-	{err: replay.ErrMissing, status: 401, code: "signature_missing", title: "Signature missing", detail: "Sign the request with HTTP Message Signatures (RFC 9421): send Signature-Input and Signature."},
-	{err: replay.ErrInvalid, status: 401, code: "signature_invalid", title: "Invalid signature", detail: "The signature is malformed, made with an unknown key or algorithm, does not match the request, or lacks a required component or parameter."},
-	{err: replay.ErrExpired, status: 401, code: "signature_expired", title: "Signature expired", detail: "The signature's created time is outside the server's window; server_time is the server's clock. Sign again with a correct clock."},
-	{err: replay.ErrReplayed, status: 401, code: "replayed_request", title: "Replayed request", detail: "This key ID and nonce were used before. Sign every request with a fresh nonce."},
-	{err: ErrSubjectNotAllowed, status: 403, code: "subject_not_allowed", title: "Subject requires an API key", detail: "Present a valid API key to bind a token to a subject."},
-	{err: token.ErrPurposeMismatch, status: 403, code: "purpose_mismatch", title: "Token issued for another purpose", detail: "The token was issued for another purpose; it stays valid for that one."},
-	{err: token.ErrSubjectMismatch, status: 403, code: "subject_mismatch", title: "Token bound to another subject", detail: "The token is bound to another subject; it stays valid for that one."},
-	{err: ErrCORSRejected, status: 403, code: "cors_rejected", title: "Origin not allowed", detail: "This origin, method or header is not allowed to issue tokens."},
-	{err: ErrNotFound, status: 404, code: "not_found", title: "Not found", detail: "No such route."},
-	{err: ErrMethodNotAllowed, status: 405, code: "method_not_allowed", title: "Method not allowed", detail: "The route exists for other methods."},
-	{err: token.ErrUsed, status: 409, code: "token_used", title: "Token already used", detail: "The token was already redeemed. Fetch a new token for a new request."},
-	{err: idempotency.ErrInProgress, status: 409, code: "request_in_progress", title: "Request in progress", detail: "A request with this idempotency key is still being processed. Retry after Retry-After seconds to get its response.", retryAfter: time.Second},
-	{err: idempotency.ErrNotStored, status: 409, code: "response_not_stored", title: "Response not stored", detail: "The request with this idempotency key was processed, but its response was too large to store, so it cannot be repeated."},
-	{err: idempotency.ErrNotProcessing, status: 409, code: "record_not_processing", title: "No processing record", detail: "The token has no processing record to complete or release: it was not redeemed with \"record\": true, its record was completed or released already, or its lease ended."},
-	{err: idempotency.ErrFingerprintMismatch, status: 422, code: "idempotency_key_reused", title: "Idempotency key reused", detail: "This idempotency key was used for a different request (another method, route or body). Use a new key for a new request."},
-	{err: ErrTooLarge, status: 413, code: "payload_too_large", title: "Payload too large", detail: "The body is over 64 KiB."},
-	{err: ErrRateLimited, status: 429, code: "rate_limited", title: "Too many requests", detail: "Too many tokens for this client; retry after Retry-After seconds."},
-	{err: ErrHeadersTooLarge, status: 431, code: "headers_too_large", title: "Request header fields too large", detail: "The request's header fields are over 16 KiB. Send fewer or smaller headers (a large Cookie, say)."},
-	{err: ErrTransferEncoding, status: 501, code: "unsupported_transfer_encoding", title: "Transfer encoding not supported", detail: "The request body's Transfer-Encoding is not chunked. Send the body with Content-Length or Transfer-Encoding: chunked."},
-	{err: ErrUpstreamUnavailable, status: 502, code: "upstream_unavailable", title: "Upstream unavailable", detail: "The application behind Replayguard could not be reached or did not answer in time. Retry later."},
-	{err: store.ErrFull, status: 503, code: "store_full", title: "Store full", detail: "The store holds as many live entries as it may; nothing was done. Retry later.", retryAfter: time.Second},
-	{err: store.ErrUnavailable, status: 503, code: "store_unavailable", title: "Store unavailable", detail: "The store did not confirm the operation; nothing was done. Retry later.", retryAfter: time.Second},
-	{err: ErrHTTPVersion, status: 505, code: "http_version_not_supported", title: "HTTP version not supported", detail: "Send the request as HTTP/1.1 (or HTTP/1.0)."},
+	{err: token.ErrBadRequest, status: 400, code: "invalid_request", title: "Invalid request", detail: "the request is malformed"},
+	{err: ErrBadRequest, status: 400, code: "invalid_request", title: "Invalid request", detail: "the request is malformed"},
+	{err: idempotency.ErrBadLease, status: 400, code: "invalid_request", title: "Invalid request", detail: "the request is malformed"},
+	{err: webhook.ErrNoID, status: 400, code: "invalid_request", title: "Invalid request", detail: "the webhook delivery verified but carries no usable ID to run it once under"},
+	{err: idempotency.ErrKeyMissing, status: 400, code: "idempotency_key_missing", title: "Idempotency key missing", detail: "this route requires an Idempotency-Key header, such as Idempotency-Key: \"8e03978e-40d5-43e8-bc93-6894a57f9324\""},
+	{err: idempotency.ErrInvalidKey, status: 400, code: "invalid_idempotency_key", title: "Invalid idempotency key", detail: "the Idempotency-Key header must be one RFC 8941 sf-string of 1 to 255 characters, such as \"8e03978e-40d5-43e8-bc93-6894a57f9324\""},
+	{err: ErrUnauthorized, status: 401, code: "unauthorized", title: "Missing or invalid API key", detail: "send Authorization: Bearer <API key>"},
+	{err: token.ErrInvalid, status: 401, code: "token_invalid", title: "Invalid token", detail: "the token is malformed, forged, or signed with a key this server does not know; fetch a new token"},
+	{err: token.ErrExpired, status: 401, code: "token_expired", title: "Token expired", detail: "the token has expired; fetch a new token"},
+	{err: replay.ErrMissing, status: 401, code: "signature_missing", title: "Signature missing", detail: "sign the request with HTTP Message Signatures (RFC 9421): send Signature-Input and Signature"},
+	{err: replay.ErrInvalid, status: 401, code: "signature_invalid", title: "Invalid signature", detail: "the signature is malformed, made with an unknown key or algorithm, does not match the request, or lacks a required component or parameter"},
+	{err: replay.ErrExpired, status: 401, code: "signature_expired", title: "Signature expired", detail: "the signature's created time is outside the server's window (server_time is the server's clock); sign again with a correct clock"},
+	{err: replay.ErrReplayed, status: 401, code: "replayed_request", title: "Replayed request", detail: "this key ID and nonce were used before; sign every request with a fresh nonce"},
+	{err: ErrSubjectNotAllowed, status: 403, code: "subject_not_allowed", title: "Subject requires an API key", detail: "present a valid API key to bind a token to a subject"},
+	{err: token.ErrPurposeMismatch, status: 403, code: "purpose_mismatch", title: "Token issued for another purpose", detail: "the token was issued for another purpose; it stays valid for that one"},
+	{err: token.ErrSubjectMismatch, status: 403, code: "subject_mismatch", title: "Token bound to another subject", detail: "the token is bound to another subject; it stays valid for that one"},
+	{err: ErrCORSRejected, status: 403, code: "cors_rejected", title: "Origin not allowed", detail: "this origin, method or header is not allowed to issue tokens"},
+	{err: ErrNotFound, status: 404, code: "not_found", title: "Not found", detail: "no such route"},
+	{err: ErrMethodNotAllowed, status: 405, code: "method_not_allowed", title: "Method not allowed", detail: "the route exists for other methods"},
+	{err: token.ErrUsed, status: 409, code: "token_used", title: "Token already used", detail: "the token was already redeemed; fetch a new token for a new request"},
+	{err: idempotency.ErrInProgress, status: 409, code: "request_in_progress", title: "Request in progress", detail: "a request with this idempotency key is still being processed; retry after Retry-After seconds to get its response", retryAfter: time.Second},
+	{err: idempotency.ErrNotStored, status: 409, code: "response_not_stored", title: "Response not stored", detail: "the request with this idempotency key was processed, but its response was too large to store, so it cannot be repeated"},
+	{err: idempotency.ErrNotProcessing, status: 409, code: "record_not_processing", title: "No processing record", detail: "the token has no processing record to complete or release: it was not redeemed with \"record\": true, its record was completed or released already, or its lease ended"},
+	{err: idempotency.ErrFingerprintMismatch, status: 422, code: "idempotency_key_reused", title: "Idempotency key reused", detail: "this idempotency key was used for a different request (another method, route or body); use a new key for a new request"},
+	{err: ErrTooLarge, status: 413, code: "payload_too_large", title: "Payload too large", detail: "the body is over 64 KiB"},
+	{err: ErrRateLimited, status: 429, code: "rate_limited", title: "Too many requests", detail: "too many tokens for this client; retry after Retry-After seconds"},
+	{err: ErrHeadersTooLarge, status: 431, code: "headers_too_large", title: "Request header fields too large", detail: "the request's header fields are over 16 KiB; send fewer or smaller headers (a large Cookie, say)"},
+	{err: ErrTransferEncoding, status: 501, code: "unsupported_transfer_encoding", title: "Transfer encoding not supported", detail: "the request body's Transfer-Encoding is not chunked; send the body with Content-Length or Transfer-Encoding: chunked"},
+	{err: ErrUpstreamUnavailable, status: 502, code: "upstream_unavailable", title: "Upstream unavailable", detail: "the application behind Replayguard could not be reached or did not answer in time; retry later"},
+	{err: store.ErrFull, status: 503, code: "store_full", title: "Store full", detail: "the store holds as many live entries as it may; nothing was done; retry later", retryAfter: time.Second},
+	{err: store.ErrUnavailable, status: 503, code: "store_unavailable", title: "Store unavailable", detail: "the store did not confirm the operation; nothing was done; retry later", retryAfter: time.Second},
+	{err: ErrHTTPVersion, status: 505, code: "http_version_not_supported", title: "HTTP version not supported", detail: "send the request as HTTP/1.1 (or HTTP/1.0)"},
 }
 
-var internal = spec{err: ErrInternal, status: 500, code: "internal_error", title: "Internal error", detail: "An unexpected error occurred; nothing was done."}
+var internal = spec{err: ErrInternal, status: 500, code: "internal_error", title: "Internal error", detail: "an unexpected error occurred; nothing was done"}
 
 func specFor(err error) spec {
 	for _, p := range table {

@@ -2,6 +2,7 @@ package problem
 
 import (
 	"net/http"
+	"strings"
 	"testing"
 )
 
@@ -29,6 +30,25 @@ func TestForwardAuthCoversTheTable(t *testing.T) {
 			}
 		default:
 			t.Errorf("%s (%d): forward-auth status %d, which nginx auth_request does not understand", p.Code, p.Status, got)
+		}
+	}
+}
+
+// TestDetailsReadAsOne checks the rule on spec: every fixed detail is
+// written like the details errors carry, so a client never sees two
+// styles.
+func TestDetailsReadAsOne(t *testing.T) {
+	for _, spec := range append(table[:len(table):len(table)], internal) {
+		d := spec.detail
+		switch {
+		case d == "":
+			t.Errorf("%s: no detail", spec.code)
+		case d[0] < 'a' || d[0] > 'z':
+			t.Errorf("%s: detail %q starts with %q, want a lower-case letter", spec.code, d, d[0])
+		case strings.HasSuffix(d, "."):
+			t.Errorf("%s: detail %q ends with a period", spec.code, d)
+		case strings.Contains(d, ". "):
+			t.Errorf("%s: detail %q has two sentences; join clauses with semicolons", spec.code, d)
 		}
 	}
 }

@@ -86,6 +86,11 @@ func TestWrite(t *testing.T) {
 	if rec.Code != 401 || rec.Header().Get("Content-Type") != "application/problem+json" || rec.Header().Get("WWW-Authenticate") == "" {
 		t.Fatalf("= %d %v", rec.Code, rec.Header())
 	}
+	// The body is for curl and logs as much as for JSON parsers: HTML's
+	// characters are written as they are, not as \u003c escapes.
+	if want := `"detail":"send Authorization: Bearer <API key>"`; !strings.Contains(rec.Body.String(), want) {
+		t.Fatalf("body = %s, want it to hold %s", rec.Body, want)
+	}
 }
 
 func TestIdempotencyProblems(t *testing.T) {
@@ -179,9 +184,9 @@ func ExampleFor() {
 	}
 	// Output:
 	// 409 urn:replayguard:problem:token_used
-	//   detail: "The token was already redeemed. Fetch a new token for a new request."
+	//   detail: "the token was already redeemed; fetch a new token for a new request"
 	// 503 urn:replayguard:problem:store_unavailable
-	//   detail: "The store did not confirm the operation; nothing was done. Retry later."
+	//   detail: "the store did not confirm the operation; nothing was done; retry later"
 }
 
 // TestStoreFailuresReadTheSameOnEveryPath: a store failure is one row of

@@ -148,11 +148,13 @@ func problemAnswer(p []byte) []byte {
 		return nil
 	}
 	pr := problem.For(err)
-	js, jerr := json.Marshal(pr)
-	if jerr != nil {
+	var jsb bytes.Buffer
+	enc := json.NewEncoder(&jsb) // as problem.Write encodes: no HTML escaping, a final newline
+	enc.SetEscapeHTML(false)
+	if enc.Encode(pr) != nil {
 		return nil
 	}
-	js = append(js, '\n')
+	js := jsb.Bytes()
 	var b bytes.Buffer
 	b.Grow(256 + len(js))
 	b.WriteString(prefix + strconv.Itoa(pr.Status) + " " + http.StatusText(pr.Status) + "\r\n")

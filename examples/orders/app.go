@@ -122,7 +122,7 @@ func (a *app) answer(c *gin.Context, err error) {
 			Type:   problem.TypePrefix + "out_of_stock",
 			Title:  "Out of stock",
 			Status: http.StatusConflict,
-			Detail: "The supplier has no stock of this item; the order was not placed.",
+			Detail: "the supplier has no stock of this item; the order was not placed", // as package problem writes its details
 			Code:   "out_of_stock",
 		}
 	} else {
