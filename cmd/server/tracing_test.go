@@ -198,6 +198,30 @@ func TestTracingInMemory(t *testing.T) {
 		}
 	})
 
+	t.Run("a path no route matches is named for its method alone, never its path", func(t *testing.T) {
+		for _, c := range []struct{ path, outcome, code string }{
+			{"/v1/nope/secret-123", "not_found", "not_found"}, // Replayguard's own paths are never forwarded
+			{"/static/secret-123", "forwarded", ""},           // passed through to the app
+		} {
+			do("GET", c.path, "")
+			got := spans()
+			s := got["GET"]
+			if s == nil {
+				t.Fatalf("GET %s: no span named GET among %v", c.path, names(got))
+			}
+			want := map[string]any{"replayguard.outcome": c.outcome}
+			if c.code != "" {
+				want["replayguard.problem_code"] = c.code
+			}
+			wantAttrs(t, s, want)
+			for _, kv := range s.Attributes() {
+				if kv.Key == "http.route" || strings.Contains(kv.Value.Emit(), "secret-123") {
+					t.Errorf("GET %s: attribute %s = %s", c.path, kv.Key, kv.Value.Emit())
+				}
+			}
+		}
+	})
+
 	t.Run("a replay is traced as replayed, without an upstream span", func(t *testing.T) {
 		w := do("POST", "/orders/42", `{}`, "Idempotency-Key", `"k1"`)
 		if w.Code != http.StatusCreated || w.Header().Get(idempotency.ReplayedHeader) != "true" {
