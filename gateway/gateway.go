@@ -15,6 +15,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/replayguard/replayguard/guard"
 	"github.com/replayguard/replayguard/idempotency"
 	"github.com/replayguard/replayguard/internal/request"
@@ -75,6 +77,7 @@ type Gateway struct {
 	// hostRoutes is set when a route's pattern has a host: a request
 	// without a Host is refused then (checkTarget).
 	hostRoutes bool
+	tracer     trace.Tracer // WithTracerProvider; nil: not traced
 }
 
 // Option configures a Gateway.
@@ -265,6 +268,9 @@ func New(upstream *url.URL, routes []Route, opts ...Option) (*Gateway, error) {
 		ErrorHandler:   g.upstreamError,
 		ErrorLog:       slog.NewLogLogger(g.log.Handler(), slog.LevelWarn),
 	}
+	if g.tracer != nil {
+		g.traceProxy()
+	}
 	for i, rt := range routes {
 		var h http.Handler
 		var err error
@@ -333,6 +339,9 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// finds (WithClientIP).
 		r2 := request.WithClientIP(r, g.clientIP(r))
 		r2.Pattern = pattern
+		if g.tracer != nil {
+			g.nameSpan(r2, pattern)
+		}
 		rt.ServeHTTP(w, r2)
 	default:
 		g.forward(w, r, false)
@@ -578,6 +587,11 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, detached bool)
 	if detached {
 		ctx = context.WithoutCancel(ctx)
 		w = noFlush{w}
+	}
+	if g.tracer != nil {
+		var end func()
+		ctx, end = g.startUpstream(ctx, r)
+		defer end()
 	}
 	ctx, cancel := context.WithTimeout(ctx, g.timeout)
 	defer cancel()

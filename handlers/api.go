@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/gin-gonic/gin"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/replayguard/replayguard/idempotency"
 	"github.com/replayguard/replayguard/internal/request"
@@ -22,6 +23,7 @@ import (
 	"github.com/replayguard/replayguard/replay"
 	"github.com/replayguard/replayguard/store"
 	"github.com/replayguard/replayguard/token"
+	"github.com/replayguard/replayguard/tracing"
 	"github.com/replayguard/replayguard/web/sdk"
 )
 
@@ -50,6 +52,7 @@ type API struct {
 	keeper   *idempotency.Keeper
 	proxies  []string
 	usage    store.Usager
+	tracer   trace.TracerProvider
 }
 
 // Option configures an API.
@@ -219,6 +222,7 @@ func handle(e endpoint, count func(outcome string)) gin.HandlerFunc {
 		}
 		if outcome != "" {
 			count(outcome)
+			tracing.SetOutcome(c.Request.Context(), outcome)
 		}
 	}
 }

@@ -27,6 +27,9 @@ func (a *API) Engine() (*gin.Engine, error) {
 		return nil, fmt.Errorf("trusted proxies: %w", err)
 	}
 	e.HandleMethodNotAllowed = true
+	if a.tracer != nil {
+		e.Use(traceRequests(a.tracer)) // first, so its span covers the rest
+	}
 	e.Use(requestIDs(), logRequests(a.log), recoverPanics(a.log))
 	e.NoRoute(func(c *gin.Context) { fail(c, problem.ErrNotFound) })
 	e.NoMethod(func(c *gin.Context) { fail(c, problem.ErrMethodNotAllowed) })

@@ -483,9 +483,9 @@ func dockerfileInstructions(src string) map[string][]string {
 	return out
 }
 
-// readmeConfigRows returns the rows of README.md's configuration table,
-// keyed by variable: [flag, default, meaning], with backticks removed and
-// "—" read as empty.
+// readmeConfigRows returns the rows of README.md's configuration table
+// (REPLAYGUARD_* and OTEL_*), keyed by variable: [flag, default,
+// meaning], with backticks removed and "—" read as empty.
 func readmeConfigRows(t *testing.T) map[string][3]string {
 	t.Helper()
 	data, err := os.ReadFile(filepath.Join(composeRepoRoot, "README.md"))
@@ -499,7 +499,7 @@ func readmeConfigRows(t *testing.T) map[string][3]string {
 	section, _, _ = strings.Cut(section, "\n## ")
 	rows := map[string][3]string{}
 	for _, l := range strings.Split(section, "\n") {
-		if !strings.HasPrefix(l, "| `REPLAYGUARD_") {
+		if !strings.HasPrefix(l, "| `REPLAYGUARD_") && !strings.HasPrefix(l, "| `OTEL_") {
 			continue
 		}
 		cells := strings.Split(strings.Trim(l, "| "), " | ")
@@ -524,9 +524,10 @@ func readmeConfigRows(t *testing.T) map[string][3]string {
 
 func TestREADMEConfigurationTable(t *testing.T) {
 	rows := readmeConfigRows(t)
+	known := append(envNames(), tracingEnv...)
 
 	t.Run("documents every variable the server reads", func(t *testing.T) {
-		for _, name := range envNames() {
+		for _, name := range known {
 			if _, ok := rows[name]; !ok {
 				t.Errorf("README.md's configuration table lacks %s", name)
 			}
@@ -534,7 +535,6 @@ func TestREADMEConfigurationTable(t *testing.T) {
 	})
 
 	t.Run("documents no variable the server does not read", func(t *testing.T) {
-		known := envNames()
 		for name := range rows {
 			if !slices.Contains(known, name) {
 				t.Errorf("README.md documents %s, which the server does not read", name)

@@ -42,6 +42,7 @@ import (
 	"github.com/replayguard/replayguard/store/postgres"
 	redisstore "github.com/replayguard/replayguard/store/redis"
 	"github.com/replayguard/replayguard/token"
+	"github.com/replayguard/replayguard/tracing"
 )
 
 func main() {
@@ -116,6 +117,14 @@ func run(ctx context.Context, args []string, getenv func(string) string, out io.
 	}
 	defer st.Close()
 	inst := m.Instrument(st)
+	tp, err := newTracerProvider(ctx, getenv, log)
+	if err != nil {
+		return err
+	}
+	if tp != nil {
+		defer shutdownTracing(tp, log)
+		inst = tracing.Store(inst, tp)
+	}
 
 	keys := cfg.SigningKeys
 	if len(keys) == 0 {
@@ -149,6 +158,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, out io.
 		handlers.WithAPIKeys(cfg.APIKeys...),
 		handlers.WithCORSOrigins(cfg.CORSOrigins...),
 		handlers.WithTrustedProxies(cfg.TrustedProxies...),
+	}
+	if tp != nil {
+		opts = append(opts, handlers.WithTracerProvider(tp))
 	}
 	if lim, ok := inst.(store.Limiter); ok {
 		opts = append(opts, handlers.WithIssueRate(lim, cfg.IssueRate))
@@ -193,6 +205,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, out io.
 			gateway.WithLogger(log),
 			gateway.WithMetrics(m),
 			gateway.WithGetenv(getenv), // webhook routes' secret_env
+		}
+		if tp != nil {
+			gopts = append(gopts, gateway.WithTracerProvider(tp))
 		}
 		if _, ok := st.(*memory.Store); ok {
 			// The memory store forgets the deliveries it ran on restart.
