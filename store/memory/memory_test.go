@@ -416,7 +416,7 @@ func TestLimiterKeyBound(t *testing.T) {
 }
 
 func BenchmarkRedeemParallel(b *testing.B) {
-	s := memory.New(memory.WithMaxEntries(b.N + 1))
+	s := memory.New(memory.WithMaxEntries(b.N+1), memory.WithMaxBytes(1<<40))
 	defer s.Close()
 	ctx := context.Background()
 	tok := store.Token{Purpose: "default"}
@@ -446,7 +446,7 @@ func BenchmarkRedeemParallel(b *testing.B) {
 // iteration, on distinct keys from parallel goroutines: Acquire, then
 // Complete with a 1 KiB response.
 func BenchmarkAcquireComplete(b *testing.B) {
-	s := memory.New(memory.WithMaxEntries(b.N + 1))
+	s := memory.New(memory.WithMaxEntries(2*b.N+2), memory.WithMaxBytes(1<<40)) // records may take half
 	defer s.Close()
 	ctx := context.Background()
 	resp := make([]byte, 1024)
@@ -503,7 +503,7 @@ func BenchmarkAcquireReplay(b *testing.B) {
 }
 
 func BenchmarkPut(b *testing.B) {
-	s := memory.New(memory.WithMaxEntries(b.N + 1))
+	s := memory.New(memory.WithMaxEntries(b.N+1), memory.WithMaxBytes(1<<40))
 	defer s.Close()
 	ctx := context.Background()
 	tok := store.Token{Purpose: "default"}
