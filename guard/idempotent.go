@@ -14,6 +14,7 @@ import (
 
 	"github.com/replayguard/replayguard/idempotency"
 	"github.com/replayguard/replayguard/internal/request"
+	"github.com/replayguard/replayguard/metrics"
 	"github.com/replayguard/replayguard/problem"
 	"github.com/replayguard/replayguard/store"
 )
@@ -308,7 +309,11 @@ func (s *settings) idempotent(w http.ResponseWriter, r *http.Request, keys recor
 	if scope == "" {
 		scope = "ip:" + request.ClientIP(r)
 	}
-	run, stored, err := keeper.Start(r, recordKey(kind, scope, r.Method, rt, key), fp)
+	policy := metrics.PolicyIdempotencyKey
+	if kind == "fingerprint" {
+		policy = metrics.PolicyFingerprint
+	}
+	run, stored, err := s.start(keeper, policy, r, recordKey(kind, scope, r.Method, rt, key), fp)
 	if err == nil && run != nil && kind == "key" {
 		err = s.overQuota(r, run, scope, keeper.retention)
 	}
@@ -322,7 +327,7 @@ func (s *settings) idempotent(w http.ResponseWriter, r *http.Request, keys recor
 	case err != nil:
 		s.refuse(w, r, err)
 	default:
-		s.record(w, run, keeper.MaxBody(), next)
+		s.record(w, run, policy, keeper.MaxBody(), next)
 	}
 }
 
@@ -337,6 +342,7 @@ func (s *settings) overQuota(r *http.Request, run Run, scope string, period time
 	switch {
 	case err != nil:
 	case !ok:
+		s.metrics.RateLimited(metrics.RateLimitCallerQuota)
 		err = problem.RetryAfter(fmt.Errorf("%w: this caller holds as many idempotency records as it may (%d per %v); retry after Retry-After seconds", problem.ErrRateLimited, s.quotaN, period), retry)
 	default:
 		return nil
