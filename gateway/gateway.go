@@ -188,8 +188,13 @@ func WithLogger(l *slog.Logger) Option {
 	}
 }
 
-// WithMetrics counts token redemptions and signature verifications in m.
-// Defaults to nil: nothing is counted.
+// WithMetrics counts token redemptions, signature verifications, webhook
+// deliveries, idempotency outcomes and caller quota refusals in m (see
+// guard.WithMetrics). Whatever the option, ServeHTTP names each request's
+// route for the request series of a counting middleware in front of it
+// (handlers' Engine, see metrics.SetRoute): the route's pattern, or
+// passthrough, redirect or refused, never the path. Defaults to nil:
+// nothing is counted.
 func WithMetrics(m *metrics.Metrics) Option { return func(g *Gateway) { g.metrics = m } }
 
 // WithGetenv sets how New reads the variables PolicyWebhook routes name
@@ -322,6 +327,7 @@ func (rt *route) ServeHTTP(w http.ResponseWriter, r *http.Request) { rt.handler.
 // alike; the app gets the Host as sent in X-Forwarded-Host.
 func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if err := checkTarget(r, g.hostRoutes); err != nil {
+		metrics.SetRoute(r.Context(), metrics.RouteRefused)
 		problem.Write(w, err)
 		return
 	}
@@ -333,8 +339,10 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	rt, pattern, redirect := g.match(r)
 	switch {
 	case redirect != nil:
+		metrics.SetRoute(r.Context(), metrics.RouteRedirect)
 		redirect.ServeHTTP(w, r)
 	case rt != nil:
+		metrics.SetRoute(r.Context(), pattern)
 		// The policy's scope falls back to the client IP this gateway
 		// finds (WithClientIP).
 		r2 := request.WithClientIP(r, g.clientIP(r))
@@ -344,6 +352,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		rt.ServeHTTP(w, r2)
 	default:
+		metrics.SetRoute(r.Context(), metrics.RoutePassthrough)
 		g.forward(w, r, false)
 	}
 }

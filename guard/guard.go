@@ -85,9 +85,12 @@ func WithLogger(l *slog.Logger) Option {
 
 // WithMetrics counts outcomes in m: token redemptions
 // (replayguard_redemptions_total: "redeemed", "replayed" or the problem
-// code) and signature verifications
-// (replayguard_signature_verifications_total). Defaults to nil: nothing is
-// counted.
+// code), signature verifications
+// (replayguard_signature_verifications_total), webhook deliveries
+// (replayguard_webhook_deliveries_total), the outcomes of idempotency
+// records (replayguard_idempotency_outcomes_total, whichever middleware
+// keeps them) and caller quota refusals (replayguard_rate_limited_total).
+// Defaults to nil: nothing is counted.
 func WithMetrics(m *metrics.Metrics) Option { return func(s *settings) { s.metrics = m } }
 
 // WithErrorHandler replaces the problem+json answer to a refused request,

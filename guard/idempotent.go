@@ -14,6 +14,7 @@ import (
 
 	"github.com/replayguard/replayguard/idempotency"
 	"github.com/replayguard/replayguard/internal/request"
+	"github.com/replayguard/replayguard/metrics"
 	"github.com/replayguard/replayguard/problem"
 	"github.com/replayguard/replayguard/store"
 )
@@ -328,7 +329,11 @@ func (s *settings) idempotent(w http.ResponseWriter, r *http.Request, keys recor
 	if scope == "" {
 		scope = "ip:" + request.ClientIP(r)
 	}
-	run, stored, err := keeper.Start(r, recordKey(kind, scope, r.Method, rt, key), fp)
+	policy := metrics.PolicyIdempotencyKey
+	if kind == "fingerprint" {
+		policy = metrics.PolicyFingerprint
+	}
+	run, stored, err := s.start(keeper, policy, r, recordKey(kind, scope, r.Method, rt, key), fp)
 	if err == nil && run != nil && kind == "key" {
 		err = s.overQuota(r, run, scope, keeper.retention)
 	}
@@ -342,7 +347,7 @@ func (s *settings) idempotent(w http.ResponseWriter, r *http.Request, keys recor
 	case err != nil:
 		s.refuse(w, r, err)
 	default:
-		s.record(w, run, keeper.MaxBody(), next)
+		s.record(w, run, policy, keeper.MaxBody(), next)
 	}
 }
 
@@ -355,11 +360,16 @@ func (s *settings) overQuota(r *http.Request, run Run, scope string, period time
 		return nil
 	}
 	err := quota(r, s.quota, s.quotaN, period, "records:"+scope, "this caller holds as many idempotency records as it may")
+	endpoint := metrics.RateLimitCallerQuota
 	if err == nil {
 		network := request.Network(request.ClientIP(r))
 		err = quota(r, s.netQuota, s.netN, period, "records-net:"+network, "the callers at this address hold as many idempotency records as they may together")
+		endpoint = metrics.RateLimitAddressQuota
 	}
 	if err != nil {
+		if errors.Is(err, problem.ErrRateLimited) {
+			s.metrics.RateLimited(endpoint)
+		}
 		_ = run.Release(r.Context())
 	}
 	return err

@@ -14,6 +14,7 @@ import (
 	"strings"
 
 	"github.com/replayguard/replayguard/idempotency"
+	"github.com/replayguard/replayguard/metrics"
 	"github.com/replayguard/replayguard/problem"
 )
 
@@ -67,6 +68,33 @@ func (k keeperRecords) Start(r *http.Request, key, fingerprint string) (Run, ide
 	return keeperRun{run, r}, stored, err
 }
 
+// start opens the record of key in rec for r (Records.Start) and counts
+// what a duplicate found there.
+func (s *settings) start(rec Records, policy string, r *http.Request, key, fingerprint string) (Run, idempotency.Outcome, error) {
+	run, stored, err := rec.Start(r, key, fingerprint)
+	s.countDuplicate(policy, run == nil && err == nil, err)
+	return run, stored, err
+}
+
+// countDuplicate counts, under policy (a metrics.Policy* constant), the
+// outcome of a request that found another execution's record: replayed
+// when it got the recorded response, else the error that refused it.
+// Other errors (a store failure, a refused token) are no record's outcome
+// and are not counted here; a request that opens a record is counted when
+// its execution ends (captureWriter.finish).
+func (s *settings) countDuplicate(policy string, replayed bool, err error) {
+	switch {
+	case replayed:
+		s.metrics.IdempotencyOutcome(policy, metrics.OutcomeReplayed)
+	case errors.Is(err, idempotency.ErrInProgress):
+		s.metrics.IdempotencyOutcome(policy, metrics.OutcomeInProgress)
+	case errors.Is(err, idempotency.ErrFingerprintMismatch):
+		s.metrics.IdempotencyOutcome(policy, metrics.OutcomeFingerprintMismatch)
+	case errors.Is(err, idempotency.ErrNotStored):
+		s.metrics.IdempotencyOutcome(policy, metrics.OutcomeNotStored)
+	}
+}
+
 // record runs next with a capturing writer for run, the execution that
 // holds an open record (of Idempotent, or of RequireToken with
 // WithRecords), and finishes the record before the response reaches w:
@@ -74,10 +102,10 @@ func (k keeperRecords) Start(r *http.Request, key, fingerprint string) (Run, ide
 // completed with the response (see captureWriter). A panic is answered
 // with 500 internal_error, or aborts a response that was already
 // streaming. A completion that undid the work is answered with its
-// problem.
-func (s *settings) record(w http.ResponseWriter, run Run, maxBody int, next http.Handler) {
+// problem. The execution's outcome is counted under policy.
+func (s *settings) record(w http.ResponseWriter, run Run, policy string, maxBody int, next http.Handler) {
 	r := run.Request()
-	cw := newCaptureWriter(w, r, s, run, maxBody)
+	cw := newCaptureWriter(w, r, s, run, policy, maxBody)
 	defer func() {
 		v := recover()
 		if v == nil {
@@ -126,11 +154,12 @@ func writeStored(w http.ResponseWriter, out idempotency.Outcome) {
 // record is completed before the client sees a byte; past the cap (or on
 // Flush) it finishes the record without the body and streams.
 type captureWriter struct {
-	w   http.ResponseWriter
-	r   *http.Request
-	s   *settings
-	run Run
-	max int
+	w      http.ResponseWriter
+	r      *http.Request
+	s      *settings
+	run    Run
+	policy string // of the idempotency outcome
+	max    int
 
 	pre       http.Header // the headers outer middleware had set
 	header    http.Header
@@ -144,12 +173,12 @@ type captureWriter struct {
 	undone    error // the work was undone when the response began streaming
 }
 
-func newCaptureWriter(w http.ResponseWriter, r *http.Request, s *settings, run Run, maxBody int) *captureWriter {
+func newCaptureWriter(w http.ResponseWriter, r *http.Request, s *settings, run Run, policy string, maxBody int) *captureWriter {
 	pre := w.Header().Clone()
 	if pre == nil {
 		pre = http.Header{}
 	}
-	return &captureWriter{w: w, r: r, s: s, run: run, max: maxBody, pre: pre, header: pre.Clone()}
+	return &captureWriter{w: w, r: r, s: s, run: run, policy: policy, max: maxBody, pre: pre, header: pre.Clone()}
 }
 
 // Header returns the response headers. They reach the client when the
@@ -270,7 +299,9 @@ func (c *captureWriter) send() error {
 
 // finish ends the record once: released for a panic or a releasing
 // status, else completed with the response (without its body when
-// streaming).
+// streaming). It is where an execution's idempotency outcome is counted:
+// abandoned, released, or executed (released when the completion undid
+// the work: a retry runs).
 func (c *captureWriter) finish(streaming, panicked bool) error {
 	if c.finished {
 		return nil
@@ -282,12 +313,14 @@ func (c *captureWriter) finish(streaming, panicked bool) error {
 	var err error
 	if c.abandoned {
 		c.run.Abandon()
+		c.s.metrics.IdempotencyOutcome(c.policy, metrics.OutcomeAbandoned)
 		c.s.log.LogAttrs(c.r.Context(), slog.LevelWarn, "idempotency record abandoned: the outcome is unknown; duplicates get 409 until its lease ends, then one retry runs",
 			slog.String("request_id", problem.RequestID(c.r.Context())), slog.Int("status", c.status))
 		return nil
 	}
 	if panicked || c.s.releases(c.status) {
 		err = c.run.Release(c.r.Context())
+		c.s.metrics.IdempotencyOutcome(c.policy, metrics.OutcomeReleased)
 	} else {
 		if _, set := c.header["Content-Type"]; !set && c.buf.Len() > 0 {
 			c.header.Set("Content-Type", http.DetectContentType(c.buf.Bytes())) // as net/http would
@@ -297,6 +330,11 @@ func (c *captureWriter) finish(streaming, panicked bool) error {
 			out.Body = c.buf.Bytes()
 		}
 		err = c.run.Complete(c.r.Context(), out)
+		outcome := metrics.OutcomeExecuted
+		if errors.Is(err, idempotency.ErrRolledBack) {
+			outcome = metrics.OutcomeReleased
+		}
+		c.s.metrics.IdempotencyOutcome(c.policy, outcome)
 	}
 	switch {
 	case errors.Is(err, idempotency.ErrRolledBack):

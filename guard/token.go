@@ -11,6 +11,7 @@ import (
 
 	"github.com/replayguard/replayguard/idempotency"
 	"github.com/replayguard/replayguard/internal/request"
+	"github.com/replayguard/replayguard/metrics"
 	"github.com/replayguard/replayguard/problem"
 	"github.com/replayguard/replayguard/token"
 )
@@ -98,6 +99,7 @@ func (s *settings) redeem(w http.ResponseWriter, r *http.Request, tokens *token.
 		return
 	}
 	red, err := s.records.RedeemToken(r.Context(), tokens, tok, purpose, subject, idempotency.Record)
+	s.countDuplicate(metrics.PolicyToken, err == nil && red.Replayed, err)
 	switch {
 	case err != nil:
 		s.counted(w, r, err)
@@ -106,7 +108,7 @@ func (s *settings) redeem(w http.ResponseWriter, r *http.Request, tokens *token.
 		writeStored(w, red.Outcome)
 	default:
 		s.metrics.Redemption("redeemed")
-		s.record(w, keeperRun{red.Run, withClaims(r, red.Claims)}, s.records.MaxBody(), next)
+		s.record(w, keeperRun{red.Run, withClaims(r, red.Claims)}, metrics.PolicyToken, s.records.MaxBody(), next)
 	}
 }
 

@@ -8,6 +8,8 @@ import (
 
 	"github.com/replayguard/replayguard/idempotency"
 	"github.com/replayguard/replayguard/internal/request"
+	"github.com/replayguard/replayguard/metrics"
+	"github.com/replayguard/replayguard/problem"
 	"github.com/replayguard/replayguard/webhook"
 )
 
@@ -74,22 +76,24 @@ func RequireWebhook(v *webhook.Verifier, k *idempotency.Keeper, opts ...Option) 
 // webhook is RequireWebhook's core: verify, then record, then run next
 // at most once.
 func (s *settings) webhook(w http.ResponseWriter, r *http.Request, v *webhook.Verifier, rec Records, next http.Handler) {
+	scheme := string(v.Scheme())
 	if err := v.Check(r.Header); err != nil {
-		s.refuse(w, r, err) // before reading a body for nothing
+		s.refuseDelivery(w, r, scheme, err) // before reading a body for nothing
 		return
 	}
 	body, err := request.ReadBody(r, s.maxBody)
 	if err != nil {
-		s.refuse(w, r, err)
+		s.refuseDelivery(w, r, scheme, err)
 		return
 	}
 	d, err := v.Verify(r.Header, body)
 	if err != nil {
-		s.refuse(w, r, err)
+		s.refuseDelivery(w, r, scheme, err)
 		return
 	}
+	s.metrics.WebhookDelivery(scheme, "verified")
 	r = r.WithContext(context.WithValue(r.Context(), webhookKey{}, d))
-	run, stored, err := rec.Start(r, recordKey("webhook", string(d.Scheme), "", route(r), d.ID), webhookFingerprint)
+	run, stored, err := s.start(rec, metrics.PolicyWebhook, r, recordKey("webhook", string(d.Scheme), "", route(r), d.ID), webhookFingerprint)
 	switch {
 	case err == nil && run == nil:
 		writeStored(w, stored)
@@ -101,6 +105,13 @@ func (s *settings) webhook(w http.ResponseWriter, r *http.Request, v *webhook.Ve
 	case err != nil:
 		s.refuse(w, r, err)
 	default:
-		s.record(w, run, rec.MaxBody(), next)
+		s.record(w, run, metrics.PolicyWebhook, rec.MaxBody(), next)
 	}
+}
+
+// refuseDelivery refuses a webhook delivery of scheme and counts it by
+// its problem code.
+func (s *settings) refuseDelivery(w http.ResponseWriter, r *http.Request, scheme string, err error) {
+	s.metrics.WebhookDelivery(scheme, problem.Code(err))
+	s.refuse(w, r, err)
 }

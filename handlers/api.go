@@ -98,9 +98,10 @@ func WithCORSOrigins(origins ...string) Option {
 	}
 }
 
-// WithMetrics counts issued tokens and the outcomes of redemptions,
-// token records and verifications in m, and serves GET /metrics from the
-// Engine. Defaults to nil: nothing is counted.
+// WithMetrics counts issued tokens, the outcomes of redemptions, token
+// records and verifications, and issue rate refusals in m; the Engine
+// also counts and times every request by route, and serves GET /metrics.
+// Defaults to nil: nothing is counted.
 func WithMetrics(m *metrics.Metrics) Option { return func(a *API) { a.metrics = m } }
 
 // WithLogger sets the logger for request lines and panics. Defaults to
@@ -263,6 +264,7 @@ func (a *API) issue(c *gin.Context) (string, error) {
 			return "", err
 		}
 		if !ok {
+			a.metrics.RateLimited(metrics.RateLimitIssue)
 			return "", problem.RetryAfter(fmt.Errorf("%w: at most %d tokens per %v per client", problem.ErrRateLimited, a.rate.Rate, a.rate.Period), retry)
 		}
 	}

@@ -11,11 +11,13 @@ import (
 	"github.com/gin-gonic/gin"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/replayguard/replayguard/metrics"
 	"github.com/replayguard/replayguard/problem"
 )
 
 // Engine returns a Gin engine serving the token API plus GET /healthz,
 // GET /readyz and (with WithMetrics) GET /metrics, with request IDs,
+// request counts and durations by route (with WithMetrics),
 // request logging (one JSON line per request to WithLogger's logger) and
 // panic recovery, and problem answers for unknown routes and methods. The
 // client IP believes X-Forwarded-For and X-Real-IP from
@@ -30,7 +32,11 @@ func (a *API) Engine() (*gin.Engine, error) {
 	if a.tracer != nil {
 		e.Use(traceRequests(a.tracer)) // first, so its span covers the rest
 	}
-	e.Use(requestIDs(), logRequests(a.log), recoverPanics(a.log))
+	e.Use(requestIDs())
+	if a.metrics != nil {
+		e.Use(countRequests(a.metrics))
+	}
+	e.Use(logRequests(a.log), recoverPanics(a.log))
 	e.NoRoute(func(c *gin.Context) { fail(c, problem.ErrNotFound) })
 	e.NoMethod(func(c *gin.Context) { fail(c, problem.ErrMethodNotAllowed) })
 	a.Register(e)
@@ -94,6 +100,31 @@ func validRequestID(id string) bool {
 		}
 	}
 	return true
+}
+
+// countRequests counts and times every request in
+// replayguard_http_requests_total and
+// replayguard_http_request_duration_seconds, by the route gin matched
+// (its pattern), else the one a handler named with metrics.SetRoute (the
+// gateway's), else metrics.RouteUnmatched: never the raw path.
+func countRequests(m *metrics.Metrics) gin.HandlerFunc {
+	return func(c *gin.Context) {
+		start := time.Now()
+		ctx, named := metrics.WithRouteSlot(c.Request.Context())
+		c.Request = c.Request.WithContext(ctx)
+		// Deferred, so that a response aborted by a panic counts too.
+		defer func() {
+			route := c.FullPath()
+			if route == "" {
+				route = *named
+			}
+			if route == "" {
+				route = metrics.RouteUnmatched
+			}
+			m.Request(route, c.Request.Method, c.Writer.Status(), time.Since(start))
+		}()
+		c.Next()
+	}
 }
 
 // logRequests writes one line per request. It logs the path without the

@@ -23,6 +23,12 @@ type Metrics struct {
 	signatures  *prometheus.CounterVec
 	storeDur    *prometheus.HistogramVec
 	storeErrs   *prometheus.CounterVec
+
+	requests    *prometheus.CounterVec
+	requestDur  *prometheus.HistogramVec
+	outcomes    *prometheus.CounterVec
+	rateLimited *prometheus.CounterVec
+	webhooks    *prometheus.CounterVec
 }
 
 // New returns Metrics registered on a fresh registry, with the Go runtime
@@ -57,7 +63,9 @@ func New() *Metrics {
 			Help: "Store calls that failed (the outcome is unknown; the request was refused).",
 		}, []string{"op"}),
 	}
+	m.newServiceCollectors()
 	reg.MustRegister(m.issued, m.redemptions, m.records, m.signatures, m.storeDur, m.storeErrs,
+		m.requests, m.requestDur, m.outcomes, m.rateLimited, m.webhooks, buildInfo(),
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
