@@ -10,13 +10,16 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/gin-gonic/gin"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/replayguard/replayguard/idempotency"
+	"github.com/replayguard/replayguard/internal/jsonw"
 	"github.com/replayguard/replayguard/internal/request"
 	"github.com/replayguard/replayguard/metrics"
 	"github.com/replayguard/replayguard/problem"
@@ -291,15 +294,73 @@ func (a *API) issue(c *gin.Context) (string, error) {
 		return "", err
 	}
 	c.Header("Cache-Control", "no-store")
-	c.JSON(http.StatusCreated, issueResponse{
+	writeJSON(c, http.StatusCreated, issueResponse{
 		Token:     is.Token,
 		ID:        is.ID,
 		Purpose:   is.Purpose,
 		ExpiresAt: is.ExpiresAt.UTC().Format(time.RFC3339),
 		ExpiresIn: int64(is.TTL / time.Second),
-	})
+	}.appendJSON)
 	return "issued", nil
 }
+
+// appendJSON appends r as json.Marshal writes it (but for '<', '>' and
+// '&', left as they are, see internal/jsonw): the issue answer is on the
+// hot path.
+func (r issueResponse) appendJSON(b []byte) []byte {
+	b = append(b, `{"token":`...)
+	b = jsonw.Quoted(b, r.Token)
+	b = append(b, `,"id":`...)
+	b = jsonw.Quoted(b, r.ID)
+	b = append(b, `,"purpose":`...)
+	b = jsonw.Quoted(b, r.Purpose)
+	b = append(b, `,"expires_at":`...)
+	b = jsonw.Quoted(b, r.ExpiresAt)
+	b = append(b, `,"expires_in":`...)
+	b = strconv.AppendInt(b, r.ExpiresIn, 10)
+	return append(b, '}')
+}
+
+// appendJSON appends r as json.Marshal writes it (see issueResponse's),
+// for answers without a recorded response; those go through c.JSON.
+func (r redeemResponse) appendJSON(b []byte) []byte {
+	b = append(b, `{"status":`...)
+	b = jsonw.Quoted(b, r.Status)
+	b = append(b, `,"id":`...)
+	b = jsonw.Quoted(b, r.ID)
+	b = append(b, `,"purpose":`...)
+	b = jsonw.Quoted(b, r.Purpose)
+	b = append(b, `,"subject":`...)
+	b = jsonw.Quoted(b, r.Subject)
+	if r.Lease != "" {
+		b = append(b, `,"lease":`...)
+		b = jsonw.Quoted(b, r.Lease)
+	}
+	if r.LeaseExpiresAt != "" {
+		b = append(b, `,"lease_expires_at":`...)
+		b = jsonw.Quoted(b, r.LeaseExpiresAt)
+	}
+	return append(b, '}')
+}
+
+// writeJSON answers status with the JSON body that appendBody appends,
+// as c.JSON would (the same Content-Type), without reflection.
+func writeJSON(c *gin.Context, status int, appendBody func([]byte) []byte) {
+	bp := jsonBodies.Get().(*[]byte)
+	b := appendBody((*bp)[:0])
+	c.Writer.Header()["Content-Type"] = jsonContentType
+	c.Status(status)
+	_, _ = c.Writer.Write(b)
+	if cap(b) <= 4<<10 {
+		*bp = b
+		jsonBodies.Put(bp)
+	}
+}
+
+// jsonContentType is c.JSON's Content-Type. net/http only reads it.
+var jsonContentType = []string{"application/json; charset=utf-8"}
+
+var jsonBodies = sync.Pool{New: func() any { b := make([]byte, 0, 512); return &b }}
 
 type redeemBody struct {
 	Token   string `json:"token"`
@@ -361,7 +422,7 @@ func (a *API) redeem(c *gin.Context) (string, error) {
 		if err != nil {
 			return "", err
 		}
-		c.JSON(http.StatusOK, redeemResponse{Status: "redeemed", ID: claims.ID, Purpose: claims.Purpose, Subject: claims.Subject})
+		writeJSON(c, http.StatusOK, redeemResponse{Status: "redeemed", ID: claims.ID, Purpose: claims.Purpose, Subject: claims.Subject}.appendJSON)
 		return "redeemed", nil
 	}
 	mode := idempotency.NoRecord
@@ -380,7 +441,11 @@ func (a *API) redeem(c *gin.Context) (string, error) {
 		resp.Lease = red.Run.Lease()
 		resp.LeaseExpiresAt = red.Run.Expires().UTC().Truncate(time.Second).Format(time.RFC3339)
 	}
-	c.JSON(http.StatusOK, resp)
+	if resp.Response != nil {
+		c.JSON(http.StatusOK, resp)
+	} else {
+		writeJSON(c, http.StatusOK, resp.appendJSON)
+	}
 	return resp.Status, nil
 }
 
