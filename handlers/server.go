@@ -66,15 +66,23 @@ func (a *API) Engine() (*gin.Engine, error) {
 // it in the request context and echoes it on the response.
 func requestIDs() gin.HandlerFunc {
 	return func(c *gin.Context) {
-		id := c.GetHeader(problem.RequestIDHeader)
+		// The canonical key, so that neither lookup canonicalises (and
+		// allocates) "X-Request-ID" on every request.
+		var id string
+		if v := c.Request.Header[requestIDKey]; len(v) > 0 {
+			id = v[0]
+		}
 		if !validRequestID(id) {
 			id = newRequestID()
 		}
-		c.Header(problem.RequestIDHeader, id)
+		c.Writer.Header()[requestIDKey] = []string{id}
 		c.Request = c.Request.WithContext(problem.WithRequestID(c.Request.Context(), id))
 		c.Next()
 	}
 }
+
+// requestIDKey is problem.RequestIDHeader in canonical form.
+var requestIDKey = http.CanonicalHeaderKey(problem.RequestIDHeader)
 
 // newRequestID returns 128 random bits from crypto/rand as 32 lowercase
 // hex digits: an ID that tells nothing of the process or of other

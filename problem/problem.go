@@ -209,8 +209,8 @@ func Write(w http.ResponseWriter, err error) { For(err).Write(w) }
 // empty.
 func (p Problem) Write(w http.ResponseWriter) {
 	h := w.Header()
-	if p.RequestID == "" {
-		p.RequestID = h.Get(RequestIDHeader)
+	if v := h[requestIDHeaderKey]; p.RequestID == "" && len(v) > 0 {
+		p.RequestID = v[0]
 	}
 	h.Set("Content-Type", "application/problem+json")
 	h.Set("Cache-Control", "no-store")
@@ -270,6 +270,10 @@ var signatureCodes = map[string]bool{
 // RequestIDHeader carries the request ID, echoed on every response and
 // in every problem.
 const RequestIDHeader = "X-Request-ID"
+
+// requestIDHeaderKey is RequestIDHeader in canonical form, for lookups that do
+// not canonicalise (and allocate) on every call.
+var requestIDHeaderKey = http.CanonicalHeaderKey(RequestIDHeader)
 
 type requestIDKey struct{}
 
