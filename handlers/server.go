@@ -1,6 +1,7 @@
 package handlers
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
@@ -118,11 +119,18 @@ func validRequestID(id string) bool {
 func countRequests(m *metrics.Metrics) gin.HandlerFunc {
 	return func(c *gin.Context) {
 		start := time.Now()
-		ctx, named := metrics.WithRouteSlot(c.Request.Context())
-		c.Request = c.Request.WithContext(ctx)
+		// The router has matched by now: only a request no route matched
+		// (the gateway's, or a 404) needs a slot for a handler to name its
+		// route in, which costs a copy of the request.
+		route := c.FullPath()
+		var named *string
+		if route == "" {
+			var ctx context.Context
+			ctx, named = metrics.WithRouteSlot(c.Request.Context())
+			c.Request = c.Request.WithContext(ctx)
+		}
 		// Deferred, so that a response aborted by a panic counts too.
 		defer func() {
-			route := c.FullPath()
 			if route == "" {
 				route = *named
 			}
@@ -162,7 +170,13 @@ func logRequests(log *slog.Logger) gin.HandlerFunc {
 				attrs[n], n = slog.String("error", e.Error()), n+1
 			}
 		}
-		log.LogAttrs(c.Request.Context(), level, "request", attrs[:n]...)
+		// Straight to the handler: Logger.LogAttrs would also walk the
+		// stack for the caller's PC (runtime.Callers), which no line uses.
+		if h := log.Handler(); h.Enabled(c.Request.Context(), level) {
+			r := slog.NewRecord(time.Now(), level, "request", 0)
+			r.AddAttrs(attrs[:n]...)
+			_ = h.Handle(c.Request.Context(), r)
+		}
 	}
 }
 
