@@ -12,7 +12,10 @@ ENV CGO_ENABLED=0 GOFLAGS="-trimpath -buildvcs=false"
 COPY go.mod go.sum ./
 RUN go mod download
 COPY . .
-RUN go build -ldflags="-s -w" -o /out/replayguard ./cmd/server
+# nomsgpack leaves out Gin's MessagePack codec (github.com/ugorji/go), which
+# nothing here uses: 6 MB less binary. The tag is optional; `go run
+# ./cmd/server` builds without it. cmd/server/deps_test.go checks it.
+RUN go build -tags nomsgpack -ldflags="-s -w" -o /out/replayguard ./cmd/server
 
 FROM gcr.io/distroless/static-debian12:nonroot
 COPY --from=build /out/replayguard /replayguard
