@@ -76,9 +76,14 @@ func (b *batch) do(ctx context.Context, cmd goredis.Cmder) error {
 	if len(b.queue) == 0 && b.running < b.flushers {
 		b.running++
 		b.mu.Unlock()
+		// Deferred, so that even a panic (recovered by the caller's
+		// handler) gives the send back instead of leaving every later
+		// call queued behind it.
+		defer func() {
+			b.mu.Lock()
+			b.handOn()
+		}()
 		_ = b.client.Process(ctx, cmd) // its outcome is cmd's
-		b.mu.Lock()
-		b.handOn()
 		return nil
 	}
 	w := &waiter{cmd: cmd, done: make(chan struct{})}
