@@ -108,13 +108,7 @@ echo "prometheus: $(prometheus --version 2>&1 | head -1)"
 echo "chromium: $("$CHROMIUM" --version 2>/dev/null || echo unknown)"
 
 section servers
-free_port || die "no free port"
-REDIS_PORT=$FREE_PORT
-mkdir -p "$WORK/redis"
-nice -n "$NICE" redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --daemonize no \
-	--save '' --appendonly no --dir "$WORK/redis" >"$WORK/redis.log" 2>&1 &
-REDIS_PID=$!
-PIDS+=("$REDIS_PID")
+load_redis
 
 free_port || die "no free port"
 APP_PORT=$FREE_PORT
@@ -127,10 +121,6 @@ RG_PORT=$FREE_PORT
 RG=http://127.0.0.1:$RG_PORT
 # The fixed test key of run.sh; never use it anywhere else.
 SIGNING_KEYS="load:$(printf 'replayguard-load-test-signing-key' | base64 -w0)"
-for _ in $(seq 1 100); do
-	[[ "$(redis-cli -p "$REDIS_PORT" ping 2>/dev/null)" == PONG ]] && break
-	sleep 0.1
-done
 nice -n "$NICE" env -i PATH="$PATH" HOME="${HOME:-/root}" \
 	REPLAYGUARD_ADDR="127.0.0.1:$RG_PORT" \
 	REPLAYGUARD_ISSUE_RATE=0 \

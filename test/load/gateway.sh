@@ -88,20 +88,7 @@ go build -o "$WORK/load" ./test/load
 echo ok
 
 section redis
-free_port || die "no free port"
-REDIS_PORT=$FREE_PORT
-mkdir -p "$WORK/redis"
-nice -n "$NICE" redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --daemonize no \
-	--save '' --appendonly no --dir "$WORK/redis" >"$WORK/redis.log" 2>&1 &
-REDIS_PID=$!
-PIDS+=("$REDIS_PID")
-for _ in $(seq 1 100); do
-	[[ "$(redis-cli -p "$REDIS_PORT" ping 2>/dev/null)" == PONG ]] && break
-	kill -0 "$REDIS_PID" 2>/dev/null || die "redis-server exited: $(tail -5 "$WORK/redis.log")"
-	sleep 0.1
-done
-[[ "$(redis-cli -p "$REDIS_PORT" ping 2>/dev/null)" == PONG ]] || die "redis-server did not answer"
-echo "redis-server on 127.0.0.1:$REDIS_PORT (pid $REDIS_PID): --save '' --appendonly no"
+load_redis
 
 GOBENCH_FILES=""
 if [[ "$GOBENCH" != 0 ]]; then

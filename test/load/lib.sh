@@ -5,7 +5,8 @@
 #	load_session "$@"   # re-runs the script in a session of its own at NICE
 #	load_setup          # tools, niceness, WORK, PIDS, cleanup on exit
 #
-# Then section, die, N, free_port and wait_http are defined, WORK is a
+# Then section, die, N, free_port, wait_http and load_redis (with
+# internal/testenv/redis.sh's start_redis) are defined, WORK is a
 # fresh temp dir (kept with KEEP=1) and every pid added to PIDS is stopped
 # on exit, pass or fail: those also in PG_PIDS (PostgreSQL servers) get
 # SIGINT first, PostgreSQL's fast shutdown. Directories added to TMPDIRS
@@ -142,4 +143,19 @@ profile_run() {
 	echo "--- $title"
 	perf report -i "$file.data" --children --sort symbol --stdio -g none 2>/dev/null |
 		grep '%' | grep -v '\[k\]' | sed -E 's/ +- +- *$//; s/ +$//' | head -40 || true
+}
+
+# shellcheck source=internal/testenv/redis.sh
+. internal/testenv/redis.sh
+
+# load_redis starts the run's private redis-server (no persistence, its
+# dir under WORK, at the run's niceness) with start_redis, waits until it
+# answers PING, and sets REDIS_PORT and REDIS_PID.
+load_redis() {
+	REDIS_TMP_PREFIX="$WORK/redis"
+	REDIS_NICE=$NICE
+	start_redis standalone
+	REDIS_PORT=$STARTED_PORT
+	REDIS_PID=$STARTED_PID
+	echo "redis-server on 127.0.0.1:$REDIS_PORT (pid $REDIS_PID): --save '' --appendonly no"
 }
