@@ -274,26 +274,38 @@ else
 fi
 
 section servers
-free_port || die "no free port"
-RG_PORT=$FREE_PORT
-free_port || die "no free port"
-BL_PORT=$FREE_PORT
 # A fixed 33-byte test key; never use it anywhere else.
 SIGNING_KEYS="load:$(printf 'replayguard-load-test-signing-key' | base64 -w0)"
-nice -n "$NICE" env -i PATH="$PATH" HOME="${HOME:-/root}" \
-	REPLAYGUARD_ADDR="127.0.0.1:$RG_PORT" \
-	REPLAYGUARD_ISSUE_RATE=0 \
+# start_replayguard LABEL VAR=VALUE...: starts the server under test at
+# the run's niceness on a free port, with nothing from this environment
+# but PATH and HOME, no issue rate, the fixed signing key and VAR=VALUE...,
+# logging to $WORK/server-LABEL.log; waits for /readyz; sets SERVER_PORT
+# and SERVER_PID.
+start_replayguard() {
+	local label=$1
+	shift
+	free_port || die "no free port"
+	SERVER_PORT=$FREE_PORT
+	nice -n "$NICE" env -i PATH="$PATH" HOME="${HOME:-/root}" \
+		REPLAYGUARD_ADDR="127.0.0.1:$SERVER_PORT" \
+		REPLAYGUARD_ISSUE_RATE=0 \
+		REPLAYGUARD_SIGNING_KEYS="$SIGNING_KEYS" \
+		"$@" "$WORK/server" >"$WORK/server-$label.log" 2>&1 &
+	SERVER_PID=$!
+	PIDS+=("$SERVER_PID")
+	wait_http "http://127.0.0.1:$SERVER_PORT/readyz" GET 200 "$SERVER_PID" ||
+		die "$label did not get ready: $(tail -5 "$WORK/server-$label.log")"
+}
+start_replayguard replayguard \
 	REPLAYGUARD_REDIS_URL="redis://127.0.0.1:$REDIS_PORT/0" \
-	REPLAYGUARD_SIGNING_KEYS="$SIGNING_KEYS" \
 	REPLAYGUARD_MACHINE_ID=1 \
-	REPLAYGUARD_CLIENT_KEYS="$WORK/client-keys.json" \
-	"$WORK/server" >"$WORK/server.log" 2>&1 &
-RG_PID=$!
-PIDS+=("$RG_PID")
+	REPLAYGUARD_CLIENT_KEYS="$WORK/client-keys.json"
+RG_PORT=$SERVER_PORT RG_PID=$SERVER_PID
+free_port || die "no free port"
+BL_PORT=$FREE_PORT
 nice -n "$NICE" "$WORK/baseline" -addr "127.0.0.1:$BL_PORT" -redis "redis://127.0.0.1:$REDIS_PORT/1" >"$WORK/baseline.log" 2>&1 &
 BL_PID=$!
 PIDS+=("$BL_PID")
-wait_http "http://127.0.0.1:$RG_PORT/readyz" GET 200 "$RG_PID" || die "replayguard did not get ready: $(tail -5 "$WORK/server.log")"
 wait_http "http://127.0.0.1:$BL_PORT/noop" POST 204 "$BL_PID" || die "baseline did not start: $(tail -5 "$WORK/baseline.log")"
 echo "replayguard on 127.0.0.1:$RG_PORT (pid $RG_PID): REPLAYGUARD_ISSUE_RATE=0, no API keys, Redis db 0, REPLAYGUARD_MACHINE_ID=1, REPLAYGUARD_CLIENT_KEYS (load clientkeys), logs to a file"
 echo "baseline    on 127.0.0.1:$BL_PORT (pid $BL_PID): Redis db 1"
@@ -314,20 +326,12 @@ if [[ "$VARIANTS" == 1 ]]; then
 	# The same server with its per-request log lines dropped (they are at
 	# level info): what request logging costs. Its own machine ID and key
 	# prefix, though it never runs at the same time as the other.
-	free_port || die "no free port"
-	RQ_PORT=$FREE_PORT
-	nice -n "$NICE" env -i PATH="$PATH" HOME="${HOME:-/root}" \
-		REPLAYGUARD_ADDR="127.0.0.1:$RQ_PORT" \
-		REPLAYGUARD_ISSUE_RATE=0 \
+	start_replayguard replayguard-quiet \
 		REPLAYGUARD_REDIS_URL="redis://127.0.0.1:$REDIS_PORT/0" \
 		REPLAYGUARD_KEY_PREFIX="rgq:" \
-		REPLAYGUARD_SIGNING_KEYS="$SIGNING_KEYS" \
 		REPLAYGUARD_MACHINE_ID=2 \
-		REPLAYGUARD_LOG_LEVEL=warn \
-		"$WORK/server" >"$WORK/server-quiet.log" 2>&1 &
-	RQ_PID=$!
-	PIDS+=("$RQ_PID")
-	wait_http "http://127.0.0.1:$RQ_PORT/readyz" GET 200 "$RQ_PID" || die "replayguard-quiet did not get ready: $(tail -5 "$WORK/server-quiet.log")"
+		REPLAYGUARD_LOG_LEVEL=warn
+	RQ_PORT=$SERVER_PORT RQ_PID=$SERVER_PID
 	echo "replayguard-quiet on 127.0.0.1:$RQ_PORT (pid $RQ_PID): the same with REPLAYGUARD_LOG_LEVEL=warn, REPLAYGUARD_MACHINE_ID=2, key prefix rgq:"
 	PLAN+=(
 		"replayguard-quiet pairs $RQ_PORT $RQ_PID"
@@ -342,18 +346,10 @@ declare -A STORE_WATCH=()
 if [[ "$POSTGRES" == 1 ]]; then
 	# The same server on the PostgreSQL store: its own machine ID; it
 	# migrates the empty cluster's database at start.
-	free_port || die "no free port"
-	RP_PORT=$FREE_PORT
-	nice -n "$NICE" env -i PATH="$PATH" HOME="${HOME:-/root}" \
-		REPLAYGUARD_ADDR="127.0.0.1:$RP_PORT" \
-		REPLAYGUARD_ISSUE_RATE=0 \
+	start_replayguard replayguard-postgres \
 		REPLAYGUARD_POSTGRES_URL="$PG_URL" \
-		REPLAYGUARD_SIGNING_KEYS="$SIGNING_KEYS" \
-		REPLAYGUARD_MACHINE_ID=3 \
-		"$WORK/server" >"$WORK/server-postgres.log" 2>&1 &
-	RP_PID=$!
-	PIDS+=("$RP_PID")
-	wait_http "http://127.0.0.1:$RP_PORT/readyz" GET 200 "$RP_PID" || die "replayguard-postgres did not get ready: $(tail -5 "$WORK/server-postgres.log")"
+		REPLAYGUARD_MACHINE_ID=3
+	RP_PORT=$SERVER_PORT RP_PID=$SERVER_PID
 	echo "replayguard-postgres on 127.0.0.1:$RP_PORT (pid $RP_PID): the same on REPLAYGUARD_POSTGRES_URL=$PG_URL, REPLAYGUARD_MACHINE_ID=3"
 	STORE_WATCH[replayguard-postgres]="postgres:$PG_PID+"
 	PLAN+=("replayguard-postgres pairs $RP_PORT $RP_PID")
@@ -361,17 +357,8 @@ if [[ "$POSTGRES" == 1 ]]; then
 fi
 if [[ "$MEMORY" == 1 ]]; then
 	# The same server on the embedded memory store: no Redis at all.
-	free_port || die "no free port"
-	RM_PORT=$FREE_PORT
-	nice -n "$NICE" env -i PATH="$PATH" HOME="${HOME:-/root}" \
-		REPLAYGUARD_ADDR="127.0.0.1:$RM_PORT" \
-		REPLAYGUARD_ISSUE_RATE=0 \
-		REPLAYGUARD_SIGNING_KEYS="$SIGNING_KEYS" \
-		REPLAYGUARD_MACHINE_ID=4 \
-		"$WORK/server" >"$WORK/server-memory.log" 2>&1 &
-	RM_PID=$!
-	PIDS+=("$RM_PID")
-	wait_http "http://127.0.0.1:$RM_PORT/readyz" GET 200 "$RM_PID" || die "replayguard-memory did not get ready: $(tail -5 "$WORK/server-memory.log")"
+	start_replayguard replayguard-memory REPLAYGUARD_MACHINE_ID=4
+	RM_PORT=$SERVER_PORT RM_PID=$SERVER_PID
 	echo "replayguard-memory on 127.0.0.1:$RM_PORT (pid $RM_PID): the same on the embedded memory store (no Redis), REPLAYGUARD_MACHINE_ID=4"
 	STORE_WATCH[replayguard-memory]=""
 	PLAN+=("replayguard-memory pairs $RM_PORT $RM_PID")
@@ -379,18 +366,10 @@ if [[ "$MEMORY" == 1 ]]; then
 fi
 if [[ "$CLUSTER" == 1 ]]; then
 	# The same server on the run's Redis Cluster.
-	free_port || die "no free port"
-	RC_PORT=$FREE_PORT
-	nice -n "$NICE" env -i PATH="$PATH" HOME="${HOME:-/root}" \
-		REPLAYGUARD_ADDR="127.0.0.1:$RC_PORT" \
-		REPLAYGUARD_ISSUE_RATE=0 \
+	start_replayguard replayguard-cluster \
 		REPLAYGUARD_REDIS_CLUSTER_ADDRS="$(IFS=,; echo "${CLUSTER_ADDRS[*]}")" \
-		REPLAYGUARD_SIGNING_KEYS="$SIGNING_KEYS" \
-		REPLAYGUARD_MACHINE_ID=5 \
-		"$WORK/server" >"$WORK/server-cluster.log" 2>&1 &
-	RC_PID=$!
-	PIDS+=("$RC_PID")
-	wait_http "http://127.0.0.1:$RC_PORT/readyz" GET 200 "$RC_PID" || die "replayguard-cluster did not get ready: $(tail -5 "$WORK/server-cluster.log")"
+		REPLAYGUARD_MACHINE_ID=5
+	RC_PORT=$SERVER_PORT RC_PID=$SERVER_PID
 	echo "replayguard-cluster on 127.0.0.1:$RC_PORT (pid $RC_PID): the same on REPLAYGUARD_REDIS_CLUSTER_ADDRS=$(IFS=,; echo "${CLUSTER_ADDRS[*]}"), REPLAYGUARD_MACHINE_ID=5"
 	STORE_WATCH[replayguard-cluster]=$(printf 'redis:%s,' "${CLUSTER_PIDS[@]}")
 	STORE_WATCH[replayguard-cluster]=${STORE_WATCH[replayguard-cluster]%,}
@@ -462,7 +441,7 @@ for ((round = 1; round <= ROUNDS; round++)); do
 	done
 done
 echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
-echo "replayguard log: $(wc -l <"$WORK/server.log") lines, $(grep -c '"level":"ERROR"' "$WORK/server.log" || true) at level ERROR"
+echo "replayguard log: $(wc -l <"$WORK/server-replayguard.log") lines, $(grep -c '"level":"ERROR"' "$WORK/server-replayguard.log" || true) at level ERROR"
 for name in postgres memory cluster; do
 	f="$WORK/server-$name.log"
 	[[ -e "$f" ]] || continue
