@@ -33,6 +33,7 @@ import (
 	"github.com/replayguard/replayguard/gateway"
 	"github.com/replayguard/replayguard/handlers"
 	"github.com/replayguard/replayguard/idempotency"
+	"github.com/replayguard/replayguard/internal/logjson"
 	"github.com/replayguard/replayguard/internal/request"
 	"github.com/replayguard/replayguard/metrics"
 	"github.com/replayguard/replayguard/problem"
@@ -92,7 +93,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, out io.
 	}
 	logs := newLogWriter(out, 100*time.Millisecond)
 	defer logs.Close()
-	log := slog.New(newFastJSONHandler(logs, cfg.LogLevel))
+	log := slog.New(logjson.NewHandler(logs, cfg.LogLevel))
 	// A panic in a goroutine ends the process without running any other
 	// goroutine's deferred calls, logs.Close among them: every goroutine
 	// the server starts, and the Keeper's heartbeats, log it and flush

@@ -15,6 +15,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/replayguard/replayguard/handlers"
+	"github.com/replayguard/replayguard/internal/logjson"
 	"github.com/replayguard/replayguard/metrics"
 	"github.com/replayguard/replayguard/replay"
 	"github.com/replayguard/replayguard/store"
@@ -67,7 +68,7 @@ func newStack(tb testing.TB, stack string, st store.Store) http.Handler {
 		tb.Fatal(err)
 	}
 	tb.Cleanup(func() { f.Close() })
-	log := slog.New(slog.NewJSONHandler(f, &slog.HandlerOptions{Level: level}))
+	log := slog.New(logjson.NewHandler(f, level)) // the server's own handler
 	file, err := clientKeysFile()
 	if err != nil {
 		tb.Fatal(err)

@@ -1,4 +1,4 @@
-package main
+package logjson
 
 import (
 	"bytes"
@@ -51,7 +51,7 @@ func TestFastJSONHandlerWritesWhatJSONHandlerWrites(t *testing.T) {
 				if err := slog.NewJSONHandler(&want, &slog.HandlerOptions{Level: slog.LevelDebug}).Handle(context.Background(), r); err != nil {
 					t.Fatal(err)
 				}
-				if err := newFastJSONHandler(&got, slog.LevelDebug).Handle(context.Background(), r); err != nil {
+				if err := NewHandler(&got, slog.LevelDebug).Handle(context.Background(), r); err != nil {
 					t.Fatal(err)
 				}
 				if got.String() != want.String() {
@@ -64,7 +64,7 @@ func TestFastJSONHandlerWritesWhatJSONHandlerWrites(t *testing.T) {
 
 func TestFastJSONHandlerLevelAndDerivedLoggers(t *testing.T) {
 	var buf bytes.Buffer
-	log := slog.New(newFastJSONHandler(&buf, slog.LevelWarn))
+	log := slog.New(NewHandler(&buf, slog.LevelWarn))
 	log.Info("dropped")
 	log.With("component", "x").Warn("kept", "n", 1)
 	log.WithGroup("g").Error("grouped", "n", 2)
@@ -90,7 +90,7 @@ func BenchmarkRequestLine(b *testing.B) {
 		h    slog.Handler
 	}{
 		{"slog.JSONHandler", slog.NewJSONHandler(discard{}, nil)},
-		{"fastJSONHandler", newFastJSONHandler(discard{}, nil)},
+		{"logjson.Handler", NewHandler(discard{}, nil)},
 	} {
 		b.Run(h.name, func(b *testing.B) {
 			log := slog.New(h.h)

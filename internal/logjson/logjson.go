@@ -1,4 +1,7 @@
-package main
+// Package logjson is the server's log handler: it writes slog.JSONHandler's
+// lines, byte for byte, without reflection for the records the server logs
+// on every request.
+package logjson
 
 import (
 	"context"
@@ -12,36 +15,43 @@ import (
 	"github.com/replayguard/replayguard/internal/jsonw"
 )
 
-// fastJSONHandler writes the same lines as slog.JSONHandler, byte for
+// Handler writes the same lines as slog.JSONHandler, byte for
 // byte, for the records the server logs on every request: no groups, no
 // attributes added with With, and attribute values that are strings,
 // integers, finite floats, booleans, durations or times. It formats those
 // with strconv into a pooled buffer (JSONHandler marshals each float with
 // encoding/json, a third of a request line's cost); any other record goes
 // to the JSONHandler it wraps. Each line is one Write, as with JSONHandler.
-type fastJSONHandler struct {
+type Handler struct {
 	inner slog.Handler // a *slog.JSONHandler writing to w with the same level
 	w     io.Writer
 	level slog.Leveler
 }
 
-func newFastJSONHandler(w io.Writer, level slog.Leveler) *fastJSONHandler {
+// NewHandler returns a Handler writing to w the records at level or
+// above (nil: slog.LevelInfo).
+func NewHandler(w io.Writer, level slog.Leveler) *Handler {
 	if level == nil {
 		level = slog.LevelInfo
 	}
-	return &fastJSONHandler{inner: slog.NewJSONHandler(w, &slog.HandlerOptions{Level: level}), w: w, level: level}
+	return &Handler{inner: slog.NewJSONHandler(w, &slog.HandlerOptions{Level: level}), w: w, level: level}
 }
 
-func (h *fastJSONHandler) Enabled(_ context.Context, l slog.Level) bool {
+// Enabled implements slog.Handler.
+func (h *Handler) Enabled(_ context.Context, l slog.Level) bool {
 	return l >= h.level.Level()
 }
 
-func (h *fastJSONHandler) WithAttrs(as []slog.Attr) slog.Handler { return h.inner.WithAttrs(as) }
-func (h *fastJSONHandler) WithGroup(name string) slog.Handler    { return h.inner.WithGroup(name) }
+// WithAttrs implements slog.Handler: the result is a slog.JSONHandler.
+func (h *Handler) WithAttrs(as []slog.Attr) slog.Handler { return h.inner.WithAttrs(as) }
+
+// WithGroup implements slog.Handler: the result is a slog.JSONHandler.
+func (h *Handler) WithGroup(name string) slog.Handler { return h.inner.WithGroup(name) }
 
 var lineBufs = sync.Pool{New: func() any { b := make([]byte, 0, 512); return &b }}
 
-func (h *fastJSONHandler) Handle(ctx context.Context, r slog.Record) error {
+// Handle implements slog.Handler.
+func (h *Handler) Handle(ctx context.Context, r slog.Record) error {
 	plain := true
 	r.Attrs(func(a slog.Attr) bool {
 		plain = fastKind(a.Value)
