@@ -1,7 +1,6 @@
 package handlers
 
 import (
-	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
@@ -33,11 +32,7 @@ func (a *API) Engine() (*gin.Engine, error) {
 	if a.tracer != nil {
 		e.Use(traceRequests(a.tracer)) // first, so its span covers the rest
 	}
-	e.Use(requestIDs())
-	if a.metrics != nil {
-		e.Use(countRequests(a.metrics))
-	}
-	e.Use(logRequests(a.log), recoverPanics(a.log))
+	e.Use(observe(a.metrics, a.log))
 	e.NoRoute(func(c *gin.Context) { fail(c, problem.ErrNotFound) })
 	e.NoMethod(func(c *gin.Context) { fail(c, problem.ErrMethodNotAllowed) })
 	a.Register(e)
@@ -63,23 +58,65 @@ func (a *API) Engine() (*gin.Engine, error) {
 	return e, nil
 }
 
-// requestIDs takes a well-formed incoming X-Request-ID or makes one, puts
-// it in the request context and echoes it on the response.
-func requestIDs() gin.HandlerFunc {
+// observe is the middleware every request goes through first (after
+// tracing's): it gives the request its ID, turns a panic in a handler into
+// 500 internal_error, and then counts, times and logs the request. One
+// middleware rather than four, so that a request reads the clock twice,
+// copies its *http.Request once and pays one deferred call.
+func observe(m *metrics.Metrics, log *slog.Logger) gin.HandlerFunc {
 	return func(c *gin.Context) {
-		// The canonical key, so that neither lookup canonicalises (and
-		// allocates) "X-Request-ID" on every request.
-		var id string
-		if v := c.Request.Header[requestIDKey]; len(v) > 0 {
-			id = v[0]
+		start := time.Now()
+		ctx := problem.WithRequestID(c.Request.Context(), requestIDs(c))
+		// The router has matched by now: only a request no route matched
+		// (the gateway's, or a 404) needs a slot for a handler to name its
+		// route in.
+		route := c.FullPath()
+		var named *string
+		if m != nil && route == "" {
+			ctx, named = metrics.WithRouteSlot(ctx)
 		}
-		if !validRequestID(id) {
-			id = newRequestID()
-		}
-		c.Writer.Header()[requestIDKey] = []string{id}
-		c.Request = c.Request.WithContext(problem.WithRequestID(c.Request.Context(), id))
+		c.Request = c.Request.WithContext(ctx)
+		// Deferred, so that a request whose handler panicked is answered,
+		// counted and logged too.
+		defer func() {
+			if v := recover(); v != nil {
+				if v == http.ErrAbortHandler {
+					// net/http's way to abort the response: counted, not
+					// logged, and passed on for net/http to drop the
+					// connection quietly.
+					countRequests(m, c, route, named, time.Since(start))
+					panic(v)
+				}
+				log.LogAttrs(c.Request.Context(), slog.LevelError, "panic",
+					slog.String("request_id", problem.RequestID(c.Request.Context())),
+					slog.String("panic", fmt.Sprint(v)))
+				if !c.Writer.Written() {
+					fail(c, problem.ErrInternal)
+				}
+				c.Abort()
+			}
+			end := time.Now()
+			countRequests(m, c, route, named, end.Sub(start))
+			logRequests(log, c, end, end.Sub(start))
+		}()
 		c.Next()
 	}
+}
+
+// requestIDs takes a well-formed incoming X-Request-ID or makes one,
+// echoes it on the response and returns it.
+func requestIDs(c *gin.Context) string {
+	// The canonical key, so that neither lookup canonicalises (and
+	// allocates) "X-Request-ID" on every request.
+	var id string
+	if v := c.Request.Header[requestIDKey]; len(v) > 0 {
+		id = v[0]
+	}
+	if !validRequestID(id) {
+		id = newRequestID()
+	}
+	c.Writer.Header()[requestIDKey] = []string{id}
+	return id
 }
 
 // requestIDKey is problem.RequestIDHeader in canonical form.
@@ -111,93 +148,59 @@ func validRequestID(id string) bool {
 	return true
 }
 
-// countRequests counts and times every request in
+// countRequests counts and times a request in
 // replayguard_http_requests_total and
-// replayguard_http_request_duration_seconds, by the route gin matched
-// (its pattern), else the one a handler named with metrics.SetRoute (the
-// gateway's), else metrics.RouteUnmatched: never the raw path.
-func countRequests(m *metrics.Metrics) gin.HandlerFunc {
-	return func(c *gin.Context) {
-		start := time.Now()
-		// The router has matched by now: only a request no route matched
-		// (the gateway's, or a 404) needs a slot for a handler to name its
-		// route in, which costs a copy of the request.
-		route := c.FullPath()
-		var named *string
-		if route == "" {
-			var ctx context.Context
-			ctx, named = metrics.WithRouteSlot(c.Request.Context())
-			c.Request = c.Request.WithContext(ctx)
-		}
-		// Deferred, so that a response aborted by a panic counts too.
-		defer func() {
-			if route == "" {
-				route = *named
-			}
-			if route == "" {
-				route = metrics.RouteUnmatched
-			}
-			m.Request(route, c.Request.Method, c.Writer.Status(), time.Since(start))
-		}()
-		c.Next()
+// replayguard_http_request_duration_seconds (when m is not nil), by the
+// route gin matched (its pattern), else the one a handler named with
+// metrics.SetRoute in named (the gateway's), else metrics.RouteUnmatched:
+// never the raw path.
+func countRequests(m *metrics.Metrics, c *gin.Context, route string, named *string, d time.Duration) {
+	if m == nil {
+		return
 	}
+	if route == "" && named != nil {
+		route = *named
+	}
+	if route == "" {
+		route = metrics.RouteUnmatched
+	}
+	m.Request(route, c.Request.Method, c.Writer.Status(), d)
 }
 
-// logRequests writes one line per request. It logs the path without the
-// query and never logs headers, so tokens and API keys stay out of logs.
-func logRequests(log *slog.Logger) gin.HandlerFunc {
-	return func(c *gin.Context) {
-		start := time.Now()
-		c.Next()
-		status := c.Writer.Status()
-		level := slog.LevelInfo
-		attrs := [8]slog.Attr{
-			slog.String("request_id", problem.RequestID(c.Request.Context())),
-			slog.String("method", c.Request.Method),
-			slog.String("path", c.Request.URL.Path),
-			slog.Int("status", status),
-			slog.Float64("duration_ms", float64(time.Since(start).Microseconds())/1000),
-			slog.String("client_ip", c.ClientIP()),
-			slog.Int("bytes", c.Writer.Size()),
-		}
-		n := 7
-		if status >= 500 {
-			level = slog.LevelError
-			// The cause, which the problem body never carries for a 5xx
-			// (a store's address, say): store and library errors hold no
-			// secrets.
-			if e := c.Errors.Last(); e != nil {
-				attrs[n], n = slog.String("error", e.Error()), n+1
-			}
-		}
-		// Straight to the handler: Logger.LogAttrs would also walk the
-		// stack for the caller's PC (runtime.Callers), which no line uses.
-		if h := log.Handler(); h.Enabled(c.Request.Context(), level) {
-			r := slog.NewRecord(time.Now(), level, "request", 0)
-			r.AddAttrs(attrs[:n]...)
-			_ = h.Handle(c.Request.Context(), r)
+// logRequests writes a request's line, stamped end, with its duration d.
+// It logs the path without the query and never logs headers, so tokens
+// and API keys stay out of logs.
+func logRequests(log *slog.Logger, c *gin.Context, end time.Time, d time.Duration) {
+	status := c.Writer.Status()
+	level := slog.LevelInfo
+	if status >= 500 {
+		level = slog.LevelError
+	}
+	h := log.Handler()
+	if !h.Enabled(c.Request.Context(), level) {
+		return
+	}
+	attrs := [8]slog.Attr{
+		slog.String("request_id", problem.RequestID(c.Request.Context())),
+		slog.String("method", c.Request.Method),
+		slog.String("path", c.Request.URL.Path),
+		slog.Int("status", status),
+		slog.Float64("duration_ms", float64(d.Microseconds())/1000),
+		slog.String("client_ip", c.ClientIP()),
+		slog.Int("bytes", c.Writer.Size()),
+	}
+	n := 7
+	if status >= 500 {
+		// The cause, which the problem body never carries for a 5xx (a
+		// store's address, say): store and library errors hold no
+		// secrets.
+		if e := c.Errors.Last(); e != nil {
+			attrs[n], n = slog.String("error", e.Error()), n+1
 		}
 	}
-}
-
-// recoverPanics turns a panic in a handler into 500 internal_error and a
-// log line, instead of a dropped connection.
-func recoverPanics(log *slog.Logger) gin.HandlerFunc {
-	return func(c *gin.Context) {
-		defer func() {
-			if v := recover(); v != nil {
-				if v == http.ErrAbortHandler {
-					panic(v)
-				}
-				log.LogAttrs(c.Request.Context(), slog.LevelError, "panic",
-					slog.String("request_id", problem.RequestID(c.Request.Context())),
-					slog.String("panic", fmt.Sprint(v)))
-				if !c.Writer.Written() {
-					fail(c, problem.ErrInternal)
-				}
-				c.Abort()
-			}
-		}()
-		c.Next()
-	}
+	// Straight to the handler: Logger.LogAttrs would also walk the stack
+	// for the caller's PC (runtime.Callers), which no line uses.
+	r := slog.NewRecord(end, level, "request", 0)
+	r.AddAttrs(attrs[:n]...)
+	_ = h.Handle(c.Request.Context(), r)
 }

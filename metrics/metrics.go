@@ -2,6 +2,7 @@ package metrics
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -29,6 +30,9 @@ type Metrics struct {
 	outcomes    *prometheus.CounterVec
 	rateLimited *prometheus.CounterVec
 	webhooks    *prometheus.CounterVec
+
+	seriesMu sync.RWMutex
+	series   map[requestLabels]requestSeries // the children Request has used
 }
 
 // New returns Metrics registered on a fresh registry, with the Go runtime

@@ -185,9 +185,40 @@ func (m *Metrics) Request(route, method string, status int, d time.Duration) {
 	if m == nil {
 		return
 	}
-	method = methodLabel(method)
-	m.requests.WithLabelValues(route, method, statusClass(status)).Inc()
-	m.requestDur.WithLabelValues(route, method).Observe(d.Seconds())
+	ls := requestLabels{route, methodLabel(method), statusClass(status)}
+	m.seriesMu.RLock()
+	s, ok := m.series[ls]
+	m.seriesMu.RUnlock()
+	if !ok {
+		s = m.newSeries(ls)
+	}
+	s.count.Inc()
+	s.dur.Observe(d.Seconds())
+}
+
+// requestLabels are the labels of one request's series.
+type requestLabels struct{ route, method, class string }
+
+// requestSeries are the children of the request series for one set of
+// labels: looked up once, since WithLabelValues validates and hashes its
+// values on every call.
+type requestSeries struct {
+	count prometheus.Counter
+	dur   prometheus.Observer
+}
+
+func (m *Metrics) newSeries(ls requestLabels) requestSeries {
+	s := requestSeries{
+		count: m.requests.WithLabelValues(ls.route, ls.method, ls.class),
+		dur:   m.requestDur.WithLabelValues(ls.route, ls.method),
+	}
+	m.seriesMu.Lock()
+	if m.series == nil {
+		m.series = make(map[requestLabels]requestSeries)
+	}
+	m.series[ls] = s
+	m.seriesMu.Unlock()
+	return s
 }
 
 type routeKey struct{}

@@ -91,7 +91,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, out io.
 	if err != nil {
 		return err
 	}
-	logs := newLogWriter(out, 100*time.Millisecond)
+	logs := logjson.NewWriter(out, 100*time.Millisecond)
 	defer logs.Close()
 	log := slog.New(logjson.NewHandler(logs, cfg.LogLevel))
 	// A panic in a goroutine ends the process without running any other
