@@ -117,6 +117,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, out io.
 		return err
 	}
 	defer st.Close()
+	gogc, memLimit := tuneGC(getenv, st, cfg.MemoryMaxBytes)
+	log.Debug("garbage collector", "gogc", gogc, "memory_limit", memLimit)
 	inst := m.Instrument(st)
 	tp, err := newTracerProvider(ctx, getenv, log)
 	if err != nil {
