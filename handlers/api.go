@@ -275,7 +275,8 @@ func (a *API) issue(c *gin.Context) (string, error) {
 	if err := readJSON(c.Request, &body, MaxBodyBytes); err != nil {
 		return "", err
 	}
-	if body.Purpose == "" {
+	if body.Purpose == "" && c.Request.URL.RawQuery != "" {
+		// Only then: gin parses the query into a map on the first look.
 		body.Purpose = c.Query("purpose")
 	}
 	if body.Subject != "" && !authed {
@@ -407,7 +408,8 @@ func (a *API) redeem(c *gin.Context) (string, error) {
 	if tok == "" {
 		tok = body.Token
 	}
-	if body.Purpose == "" {
+	if body.Purpose == "" && c.Request.URL.RawQuery != "" {
+		// Only then: gin parses the query into a map on the first look.
 		body.Purpose = c.Query("purpose")
 	}
 	switch {
