@@ -329,9 +329,33 @@ func validSubject(sub string) error {
 	return nil
 }
 
+// sign returns the token of c, signed with the signing key. It writes
+// the bytes signJSON writes (a test holds it to that), by hand, into the
+// key's pooled scratch buffer: the token string is its one allocation.
 func (s *Service) sign(c Claims) (string, error) {
+	if jwt.TimePrecision != time.Second {
+		return s.signJSON(c) // appendClaims writes whole seconds only
+	}
 	// Equivalent to jwt.Token.SignedString, with the header segment (the
 	// same for every token of a key) encoded once in New.
+	m := s.signMAC.get()
+	defer s.signMAC.put(m)
+	b := appendClaims(m.buf[:0], c)
+	n := len(b)
+	b = append(b, s.signHeader...)
+	b = append(b, '.')
+	b = base64.RawURLEncoding.AppendEncode(b, b[:n])
+	_, _ = m.h.Write(b[n:])
+	b = append(b, '.')
+	b = base64.RawURLEncoding.AppendEncode(b, m.h.Sum(m.sum[:0]))
+	m.buf = b
+	return string(b[n:]), nil
+}
+
+// signJSON is sign by reflection, with goccy/go-json and golang-jwt's
+// NumericDate: how tokens were signed before appendClaims, and still are
+// when jwt.TimePrecision is not a second.
+func (s *Service) signJSON(c Claims) (string, error) {
 	claims, err := json.Marshal(jwtClaims{
 		RegisteredClaims: jwt.RegisteredClaims{
 			ID:        c.ID,
@@ -345,9 +369,10 @@ func (s *Service) sign(c Claims) (string, error) {
 		return "", fmt.Errorf("token: encoding claims: %w", err)
 	}
 	signing := s.signHeader + "." + base64.RawURLEncoding.EncodeToString(claims)
-	var sig [sha256.Size]byte
-	s.signMAC.sum(signing, sig[:0])
-	return signing + "." + base64.RawURLEncoding.EncodeToString(sig[:]), nil
+	m := s.signMAC.get()
+	defer s.signMAC.put(m)
+	_, _ = io.WriteString(m.h, signing)
+	return signing + "." + base64.RawURLEncoding.EncodeToString(m.h.Sum(m.sum[:0])), nil
 }
 
 // Parse verifies a token's signature (HS256 only, kid from the key ring)
@@ -363,41 +388,56 @@ func (s *Service) Parse(tok string) (Claims, error) {
 	// Fast path: a token whose header is byte for byte one this service
 	// writes ({"alg":"HS256","kid":...,"typ":"JWT"}) has its HMAC checked
 	// before any JSON is decoded, so a forgery costs one HMAC; a genuine
-	// one then only needs its claims decoded and validated (golang-jwt's
-	// Validator: exp with leeway, iat). Any other header goes through
-	// golang-jwt's full parser, which pins HS256 and the kid ring.
-	var jc jwtClaims
-	var err error
+	// one then only needs its claims decoded and validated (readClaims).
+	// Any other header goes through golang-jwt's full parser, which pins
+	// HS256 and the kid ring.
 	dot1, dot2 := strings.IndexByte(tok, '.'), strings.LastIndexByte(tok, '.')
-	if macs, ok := s.headers[tok[:dot1]]; ok {
-		if !macs.valid(tok[:dot2], tok[dot2+1:]) {
-			return Claims{}, fmt.Errorf("%w: signature is invalid", ErrInvalid)
-		}
-		err = s.decodeClaims(tok[dot1+1:dot2], &jc)
-	} else {
-		_, err = s.parser.ParseWithClaims(tok, &jc, s.keyFor)
+	macs, ok := s.headers[tok[:dot1]]
+	if !ok {
+		var jc jwtClaims
+		_, err := s.parser.ParseWithClaims(tok, &jc, s.keyFor)
+		return checkClaims(claimsOf(&jc, err))
 	}
+	m := macs.get()
+	defer macs.put(m)
+	if !m.valid(tok[:dot2], tok[dot2+1:]) {
+		return Claims{}, errBadSignature
+	}
+	return checkClaims(s.readClaims(m, tok[dot1+1:dot2]))
+}
+
+// errBadSignature is Parse's answer to a token with a known header whose
+// MAC is wrong, made once: forgeries are the answer's hot path.
+var errBadSignature = fmt.Errorf("%w: signature is invalid", ErrInvalid)
+
+// checkClaims finishes Parse from the claims c of a token whose signature
+// is good, whether c has its iat and exp (dated), and err, the error of
+// decoding and validating them.
+func checkClaims(c Claims, dated bool, err error) (Claims, error) {
 	expired := onlyExpired(err)
 	if err != nil && !expired {
 		return Claims{}, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
-	if jc.ID == "" || jc.IssuedAt == nil || jc.ExpiresAt == nil || !ValidPurpose(jc.Purpose) || len(jc.Subject) > MaxSubjectLen {
+	if !dated || c.ID == "" || !ValidPurpose(c.Purpose) || len(c.Subject) > MaxSubjectLen {
 		return Claims{}, fmt.Errorf("%w: missing or malformed claims", ErrInvalid)
 	}
-	if _, err := strconv.ParseUint(jc.ID, 10, 64); err != nil {
+	if _, err := strconv.ParseUint(c.ID, 10, 64); err != nil {
 		return Claims{}, fmt.Errorf("%w: jti is not a sonyflake ID", ErrInvalid)
-	}
-	c := Claims{
-		ID:        jc.ID,
-		Purpose:   jc.Purpose,
-		Subject:   jc.Subject,
-		IssuedAt:  jc.IssuedAt.Time,
-		ExpiresAt: jc.ExpiresAt.Time,
 	}
 	if expired {
 		return c, fmt.Errorf("%w: %w", ErrExpired, err)
 	}
 	return c, nil
+}
+
+// claimsOf returns jc's claims, whether it has both iat and exp, and err.
+func claimsOf(jc *jwtClaims, err error) (Claims, bool, error) {
+	c := Claims{ID: jc.ID, Purpose: jc.Purpose, Subject: jc.Subject}
+	if jc.IssuedAt == nil || jc.ExpiresAt == nil {
+		return c, false, err
+	}
+	c.IssuedAt, c.ExpiresAt = jc.IssuedAt.Time, jc.ExpiresAt.Time
+	return c, true, err
 }
 
 // onlyExpired reports whether err is a claims validation error that says
@@ -408,10 +448,45 @@ func onlyExpired(err error) bool {
 		!errors.Is(err, jwt.ErrTokenUsedBeforeIssued) && !errors.Is(err, jwt.ErrTokenNotValidYet)
 }
 
+// readClaims decodes and validates the claims segment seg of a token
+// whose signature m verified, as decodeClaims does, with the same
+// results: the segment appendClaims writes is read by parseClaims and
+// checked by validate without reflection; any other goes to decodeClaims.
+func (s *Service) readClaims(m *macState, seg string) (Claims, bool, error) {
+	if c, ok := m.fastClaims(seg); ok {
+		return c, true, s.validate(c)
+	}
+	var jc jwtClaims
+	return claimsOf(&jc, s.decodeClaims(seg, &jc))
+}
+
+// validate checks c as s.validator checks jwtClaims with c's values (New
+// sets WithExpirationRequired, WithIssuedAt and WithLeeway, nothing for
+// nbf, aud, iss or sub): now must be before exp plus the leeway and not
+// before iat less the leeway. When a check fails, the error is the
+// Validator's own for c; it reads the clock again, so the answer is what
+// decodeClaims would have said at that instant.
+func (s *Service) validate(c Claims) error {
+	now := s.now()
+	if now.Before(c.ExpiresAt.Add(s.leeway)) && !now.Before(c.IssuedAt.Add(-s.leeway)) {
+		return nil
+	}
+	return s.validator.Validate(&jwtClaims{
+		RegisteredClaims: jwt.RegisteredClaims{
+			ID:        c.ID,
+			Subject:   c.Subject,
+			IssuedAt:  &jwt.NumericDate{Time: c.IssuedAt},
+			ExpiresAt: &jwt.NumericDate{Time: c.ExpiresAt},
+		},
+		Purpose: c.Purpose,
+	})
+}
+
 // decodeClaims decodes the base64url claims segment of a token whose
-// signature is verified, and validates them as the parser would.
+// signature is verified, and validates them as the parser would, by
+// reflection: goccy/go-json, NumericDate and golang-jwt's Validator.
 func (s *Service) decodeClaims(seg string, jc *jwtClaims) error {
-	raw, err := base64.RawURLEncoding.Strict().DecodeString(seg)
+	raw, err := b64.DecodeString(seg)
 	if err != nil {
 		return fmt.Errorf("claims are not base64url: %w", err)
 	}
@@ -421,38 +496,75 @@ func (s *Service) decodeClaims(seg string, jc *jwtClaims) error {
 	return s.validator.Validate(jc)
 }
 
+// b64 decodes base64url strictly: one spelling per value, so that a token
+// cannot be re-encoded.
+var b64 = base64.RawURLEncoding.Strict()
+
 // macPool recycles keyed HMAC-SHA256 states, which cost two SHA-256
-// blocks and several allocations to set up.
+// blocks and several allocations to set up, with scratch memory for the
+// token being signed or verified.
 type macPool struct{ p sync.Pool }
+
+// macState is one keyed HMAC-SHA256 and its scratch memory, which lives
+// on the heap with it so that nothing passed to the hash.Hash interface
+// needs an allocation of its own.
+type macState struct {
+	h   hash.Hash
+	sum [sha256.Size]byte
+	buf []byte
+}
 
 func newMACPool(secret []byte) *macPool {
 	m := &macPool{}
-	m.p.New = func() any { return hmac.New(sha256.New, secret) }
+	m.p.New = func() any {
+		return &macState{h: hmac.New(sha256.New, secret), buf: make([]byte, 0, 512)}
+	}
 	return m
 }
 
-// sum appends the MAC of msg to b.
-func (m *macPool) sum(msg string, b []byte) []byte {
-	h := m.p.Get().(hash.Hash)
-	h.Reset()
-	_, _ = io.WriteString(h, msg)
-	b = h.Sum(b)
-	m.p.Put(h)
-	return b
+// get returns a reset state; give it back with put.
+func (m *macPool) get() *macState {
+	st := m.p.Get().(*macState)
+	st.h.Reset()
+	return st
 }
+
+func (m *macPool) put(st *macState) { m.p.Put(st) }
 
 // valid reports whether sig (unpadded base64url) is the MAC of signed,
 // compared in constant time.
-func (m *macPool) valid(signed, sig string) bool {
-	if base64.RawURLEncoding.DecodedLen(len(sig)) != sha256.Size {
+func (m *macState) valid(signed, sig string) bool {
+	if b64.DecodedLen(len(sig)) != sha256.Size {
 		return false
 	}
-	var got, want [sha256.Size]byte
+	var got [sha256.Size]byte
 	// Strict: one spelling per signature, so a token cannot be re-encoded.
-	if n, err := base64.RawURLEncoding.Strict().Decode(got[:], []byte(sig)); err != nil || n != sha256.Size {
+	if n, err := b64.Decode(got[:], []byte(sig)); err != nil || n != sha256.Size {
 		return false
 	}
-	return hmac.Equal(m.sum(signed, want[:0]), got[:])
+	// hash.Hash takes bytes, and converting signed would allocate.
+	m.buf = append(m.buf[:0], signed...)
+	_, _ = m.h.Write(m.buf)
+	return hmac.Equal(m.h.Sum(m.sum[:0]), got[:])
+}
+
+// fastClaims decodes the claims segment seg with parseClaims, into
+// Claims whose strings share one allocation; ok is false when seg is not
+// what sign writes.
+func (m *macState) fastClaims(seg string) (Claims, bool) {
+	if jwt.TimePrecision != time.Second {
+		return Claims{}, false // NumericDate would truncate to it
+	}
+	// Decode from a copy of seg in buf to the bytes after it.
+	b := append(m.buf[:0], seg...)
+	b, err := b64.AppendDecode(b, b)
+	m.buf = b
+	if err != nil {
+		return Claims{}, false
+	}
+	c, exp, iat, ok := parseClaims(string(b[len(seg):]))
+	c.ExpiresAt, c.IssuedAt = time.Unix(exp, 0), time.Unix(iat, 0)
+	return c, ok
 }
 
 func (s *Service) keyFor(t *jwt.Token) (any, error) {
