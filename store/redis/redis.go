@@ -69,6 +69,7 @@ type Store struct {
 	timeout     time.Duration
 	minReplicas int
 	pipelines   int
+	batched     bool // writer is a batchWriter
 	closed      atomic.Bool
 }
 
@@ -92,11 +93,17 @@ func WithPrefix(p string) Option {
 	}
 }
 
-// WithTimeout bounds every call the store makes: each runs under
-// context.WithTimeout(ctx, d), so a slow or unreachable Redis turns into
-// an error after d at most (set ContextTimeoutEnabled on the client, see
-// the package documentation). Defaults to DefaultTimeout (500ms);
-// d <= 0 keeps the default.
+// WithTimeout bounds every call the store makes: each ends within d of
+// its start, or by its context's deadline when that is earlier, so a
+// slow or unreachable Redis turns into an error after d at most (set
+// ContextTimeoutEnabled on the client, see the package documentation).
+// A call that is not pipelined (see WithPipelining) runs under
+// context.WithTimeout(ctx, d). A pipelined one makes no context of its
+// own: its deadline travels with its command, and each pipeline runs
+// under the earliest such deadline among its commands, so that every
+// command's outcome is known, or it has failed, by its own call's
+// deadline. Defaults to DefaultTimeout (500ms); d <= 0 keeps the
+// default.
 func WithTimeout(d time.Duration) Option {
 	return func(s *Store) {
 		if d > 0 {
@@ -163,13 +170,18 @@ func WithMinReplicas(n int) Option {
 // WithPipelining sends the commands that concurrent calls make at the
 // same moment together, as one pipeline, with up to n pipelines in flight
 // at once: while they are, the calls that arrive queue their commands,
-// and the next pipeline takes every command queued by then. There is no
-// timer: a lone call's command leaves at once, on its own. Each call
-// keeps its deadline (it waits for its own reply or its context, and a
-// command whose call gave up before a pipeline took it is never sent)
-// and its error: a pipeline that fails fails every call whose reply it
-// did not read with store.ErrUnavailable. On a Cluster, go-redis splits
-// each pipeline by node.
+// and the next pipeline takes every command queued by then. Nothing
+// waits for more commands: a lone call's command leaves at once, on its
+// own. Each call
+// keeps its deadline (see WithTimeout: a pipeline runs until the
+// earliest deadline among its commands, a call also gives up when its
+// context ends, and a command whose call gave up before a pipeline took
+// it is never sent) and its error: a pipeline that fails fails every
+// call whose reply it did not read with store.ErrUnavailable. On a
+// Cluster, go-redis splits each pipeline by node. The client must bound
+// its reads and writes by their context's deadline (ContextTimeoutEnabled,
+// see the package documentation); with a client that is not known to,
+// every queued call arms a timer of its own.
 //
 // What it buys: one write and one read system call on each side for a
 // whole pipeline instead of one per command, which on a busy server is
@@ -203,8 +215,9 @@ func New(client Client, opts ...Option) *Store {
 	}
 	p, ok := client.(pipeliner)
 	if ok && s.pipelines > 0 && s.minReplicas == 0 {
-		bw := batchWriter{b: newBatch(p, s.pipelines), client: client}
+		bw := batchWriter{b: newBatch(p, s.pipelines, !contextTimeouts(client)), client: client}
 		s.writer = bw
+		s.batched = true
 		s.limiter = redis_rate.NewLimiter(bw)
 	} else {
 		s.limiter = redis_rate.NewLimiter(client)
@@ -231,17 +244,48 @@ func (s *Store) putKey(key string) string {
 	return s.tokenKey(key)
 }
 
-// begin checks that the store is open and ctx is live, and returns ctx
-// bounded by the store's timeout.
-func (s *Store) begin(ctx context.Context, op string) (context.Context, context.CancelFunc, error) {
-	if s.closed.Load() {
-		return nil, nil, store.ErrClosed
+// contextTimeouts reports whether client is known to bound its sends'
+// network reads and writes by their context's deadline: a Client,
+// ClusterClient or Ring with ContextTimeoutEnabled.
+func contextTimeouts(client Client) bool {
+	switch c := client.(type) {
+	case *goredis.Client:
+		return c.Options().ContextTimeoutEnabled
+	case *goredis.ClusterClient:
+		return c.Options().ContextTimeoutEnabled
+	case *goredis.Ring:
+		return c.Options().ContextTimeoutEnabled
 	}
-	if err := ctx.Err(); err != nil {
-		return nil, nil, fail(op, err)
+	return false
+}
+
+// begin checks that the store is open and ctx is live, and returns ctx
+// bounded by the store's timeout, with its cancel. On the batched path
+// that is a callContext (see batch): ctx, with the call's deadline
+// beside it for the batch to read, and nothing to cancel; only the
+// batch's writer and limiter may be given it. Otherwise it is
+// context.WithTimeout(ctx, s.timeout), whose deadline confirm reads.
+func (s *Store) begin(ctx context.Context, op string) (context.Context, context.CancelFunc, error) {
+	if err := s.check(ctx, op); err != nil {
+		return nil, nil, err
+	}
+	if s.batched {
+		return &callContext{Context: ctx, deadline: time.Now().Add(s.timeout)}, nop, nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	return ctx, cancel, nil
+}
+
+// check returns the error of a call on a closed store, or under a
+// context that has ended, if any.
+func (s *Store) check(ctx context.Context, op string) error {
+	if s.closed.Load() {
+		return store.ErrClosed
+	}
+	if err := ctx.Err(); err != nil {
+		return fail(op, err)
+	}
+	return nil
 }
 
 // fail is the error of a call that did not complete: store.ErrFull when
@@ -369,10 +413,10 @@ func (s *Store) Allow(ctx context.Context, key string, l store.Limit) (bool, tim
 // Ping implements store.Store with one PING. On a cluster client it asks
 // one node, not every shard.
 func (s *Store) Ping(ctx context.Context) error {
-	ctx, cancel, err := s.begin(ctx, "ping")
-	if err != nil {
+	if err := s.check(ctx, "ping"); err != nil {
 		return err
 	}
+	ctx, cancel := context.WithTimeout(ctx, s.timeout) // never batched
 	defer cancel()
 	if err := s.client.Ping(ctx).Err(); err != nil {
 		return fail("ping", err)

@@ -711,3 +711,50 @@ func BenchmarkPipelining(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkRequestContext runs issue-and-redeem pairs as a server does:
+// each pair under a context of its own, cancelable and carrying values,
+// as net/http gives each request (BenchmarkPipelining's calls run under
+// context.Background, which no child context registers with). From 1
+// and 64 goroutines, with the default pipelining.
+func BenchmarkRequestContext(b *testing.B) {
+	type key int
+	base := context.WithValue(context.Background(), key(0), "server")
+	base = context.WithValue(base, key(1), "local address")
+	tok := store.Token{Purpose: "default", Subject: "bench"}
+	for _, conns := range []int{1, 64} {
+		b.Run(fmt.Sprintf("goroutines=%d", conns), func(b *testing.B) {
+			s := redis.New(newRedisClient(b), redis.WithPrefix(uniquePrefix(b)))
+			defer s.Close()
+			pair := func() bool {
+				ctx, cancel := context.WithCancel(context.WithValue(base, key(2), "request"))
+				defer cancel()
+				id := storetest.ID()
+				if created, err := s.Put(ctx, id, tok, time.Minute); err != nil || !created {
+					b.Errorf("put %s = %v, %v", id, created, err)
+					return false
+				}
+				if res, _, err := s.Redeem(ctx, id, tok, "", 0); err != nil || res != store.Redeemed {
+					b.Errorf("redeem %s = %v, %v", id, res, err)
+					return false
+				}
+				return true
+			}
+			b.ResetTimer()
+			if conns == 1 {
+				for range b.N {
+					if !pair() {
+						return
+					}
+				}
+			} else {
+				b.SetParallelism(max(conns/runtime.GOMAXPROCS(0), 1))
+				b.RunParallel(func(pb *testing.PB) {
+					for pb.Next() && pair() {
+					}
+				})
+			}
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "pairs/s")
+		})
+	}
+}
