@@ -115,6 +115,7 @@ type verifyFields struct {
 	headers           []headerField
 }
 
+// headerField is one member of a verify body's "headers".
 type headerField struct{ name, value string }
 
 // message checks f and returns the message to verify.
@@ -159,8 +160,8 @@ func (f *verifyFields) message() (replay.Message, error) {
 }
 
 // canonicalHeaderKey is http.CanonicalHeaderKey for a token, without
-// allocating for the fields a signed request always has in lower case
-// (Node sends them so), which net/http does not intern.
+// allocating for the fields every signed request has, which net/http
+// does not intern and Node's clients send in lower case.
 func canonicalHeaderKey(name string) string {
 	for _, k := range signatureFields {
 		if len(name) == len(k) && strings.EqualFold(name, k) {
@@ -170,6 +171,7 @@ func canonicalHeaderKey(name string) string {
 	return http.CanonicalHeaderKey(name)
 }
 
+// signatureFields are the fields canonicalHeaderKey interns.
 var signatureFields = [...]string{"Signature-Input", "Signature", "Content-Digest"}
 
 // maxFastHeaders bounds the headers decodeVerifyBody reads, which it
