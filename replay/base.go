@@ -1,8 +1,10 @@
 package replay
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
+	"net/http"
 	"net/url"
 	"strings"
 	"time"
@@ -55,43 +57,77 @@ const (
 // input, so a signer builds input, calls SignatureBase, signs the result
 // and sends the same input in Signature-Input.
 func SignatureBase(m Message, name string, input httpsfv.InnerList) (string, error) {
-	var b strings.Builder
-	b.Grow(64 * (len(input.Items) + 2))
-	seen := make(map[string]bool, len(input.Items))
-	for i, it := range input.Items {
-		comp, ok := it.Value.(string)
-		if !ok {
-			return "", fmt.Errorf("%w: %s: covered component %d is not a string", errBase, name, i)
+	mem := listMember(name, input)
+	b, err := appendBase(make([]byte, 0, 64*(len(input.Items)+2)), m, &mem)
+	if err != nil {
+		return "", err
+	}
+	return string(b), nil
+}
+
+// appendBase appends the signature base of m for the Signature-Input
+// member mem to b; see SignatureBase. The @signature-params value is
+// mem.raw when the member was read as received (then it is already the
+// canonical serialisation), else mem.list serialised.
+func appendBase(b []byte, m Message, mem *inputMember) ([]byte, error) {
+	name := mem.label
+	// Duplicates are looked for by scanning the few components a
+	// signature usually covers, in a set for long lists.
+	var seen map[string]bool
+	if len(mem.comps) > 16 {
+		seen = make(map[string]bool, len(mem.comps))
+	}
+	for i, c := range mem.comps {
+		if !c.isString {
+			return nil, fmt.Errorf("%w: %s: covered component %d is not a string", errBase, name, i)
 		}
-		if it.Params != nil && len(it.Params.Names()) > 0 {
-			return "", fmt.Errorf("%w: %s: component %q: parameters are not supported", errBase, name, comp)
+		comp := c.name
+		if c.hasParams {
+			return nil, fmt.Errorf("%w: %s: component %q: parameters are not supported", errBase, name, comp)
 		}
+		if listedTwice(mem.comps[:i], comp, seen) {
+			return nil, fmt.Errorf("%w: %s: component %q is listed twice", errBase, name, comp)
+		}
+		// A string with no parameters serialises as a quoted string.
+		b = appendQuotedSF(b, comp)
+		b = append(b, ": "...)
+		start := len(b)
+		var err error
+		if b, err = appendComponent(b, m, comp); err != nil {
+			return nil, fmt.Errorf("%w: %s: component %q: %v", errBase, name, comp, err)
+		}
+		if bytes.ContainsAny(b[start:], "\r\n") {
+			return nil, fmt.Errorf("%w: %s: component %q: value holds a line break", errBase, name, comp)
+		}
+		b = append(b, '\n')
+	}
+	params := mem.raw
+	if params == "" {
+		var err error
+		if params, err = serializeParams(mem.list); err != nil {
+			return nil, fmt.Errorf("%w: %s: %v", errBase, name, err)
+		}
+	}
+	b = append(b, `"@signature-params": `...)
+	return append(b, params...), nil
+}
+
+// listedTwice reports whether comp is among before, the components
+// before it (all strings), recording it in seen when seen is not nil.
+func listedTwice(before []component, comp string, seen map[string]bool) bool {
+	if seen != nil {
 		if seen[comp] {
-			return "", fmt.Errorf("%w: %s: component %q is listed twice", errBase, name, comp)
+			return true
 		}
 		seen[comp] = true
-		v, err := componentValue(m, comp)
-		if err != nil {
-			return "", fmt.Errorf("%w: %s: component %q: %v", errBase, name, comp, err)
-		}
-		if strings.ContainsAny(v, "\r\n") {
-			return "", fmt.Errorf("%w: %s: component %q: value holds a line break", errBase, name, comp)
-		}
-		// A string with no parameters serialises as a quoted string; the
-		// name was checked to be a lowercase token-ish string below, so
-		// no escaping is needed, but serialise properly all the same.
-		b.WriteString(quoteSF(comp))
-		b.WriteString(": ")
-		b.WriteString(v)
-		b.WriteByte('\n')
+		return false
 	}
-	params, err := serializeParams(input)
-	if err != nil {
-		return "", fmt.Errorf("%w: %s: %v", errBase, name, err)
+	for _, c := range before {
+		if c.name == comp {
+			return true
+		}
 	}
-	b.WriteString(`"@signature-params": `)
-	b.WriteString(params)
-	return b.String(), nil
+	return false
 }
 
 // serializeParams serialises input (the @signature-params value), after
@@ -126,34 +162,33 @@ func serializeParams(input httpsfv.InnerList) (string, error) {
 	return s, nil
 }
 
-// quoteSF serialises s as a structured-field string (RFC 9651 §4.1.6).
-// Component names come from a parsed string or a caller, so escape " and
-// \ as the serialisation requires.
-func quoteSF(s string) string {
+// appendQuotedSF appends s serialised as a structured-field string (RFC
+// 9651 §4.1.6). Component names come from a parsed string or a caller,
+// so escape " and \ as the serialisation requires.
+func appendQuotedSF(b []byte, s string) []byte {
+	b = append(b, '"')
 	if !strings.ContainsAny(s, `"\`) {
-		return `"` + s + `"`
-	}
-	var b strings.Builder
-	b.WriteByte('"')
-	for i := 0; i < len(s); i++ {
-		if s[i] == '"' || s[i] == '\\' {
-			b.WriteByte('\\')
+		b = append(b, s...)
+	} else {
+		for i := 0; i < len(s); i++ {
+			if s[i] == '"' || s[i] == '\\' {
+				b = append(b, '\\')
+			}
+			b = append(b, s[i])
 		}
-		b.WriteByte(s[i])
 	}
-	b.WriteByte('"')
-	return b.String()
+	return append(b, '"')
 }
 
-// componentValue returns the value of one covered component of m.
-func componentValue(m Message, comp string) (string, error) {
+// appendComponent appends the value of one covered component of m.
+func appendComponent(b []byte, m Message, comp string) ([]byte, error) {
 	if strings.HasPrefix(comp, "@") {
-		return derivedValue(m, comp)
+		return appendDerived(b, m, comp)
 	}
 	if !validFieldName(comp) {
-		return "", errors.New("not a lowercase field name")
+		return nil, errors.New("not a lowercase field name")
 	}
-	return fieldValue(m, comp)
+	return appendField(b, m, comp)
 }
 
 // validFieldName reports whether s is a non-empty lowercase HTTP field
@@ -174,75 +209,108 @@ func validFieldName(s string) bool {
 	return true
 }
 
-// fieldValue returns the canonicalised value of the HTTP field name
-// (RFC 9421 §2.1): each field line's value with leading and trailing
-// whitespace removed, joined with ", ".
-func fieldValue(m Message, name string) (string, error) {
-	vals := headerValues(m.Header, name)
+// appendField appends the canonicalised value of the HTTP field name, a
+// valid lowercase field name (RFC 9421 §2.1): each field line's value
+// with leading and trailing whitespace removed, joined with ", ".
+func appendField(b []byte, m Message, name string) ([]byte, error) {
+	vals := fieldLines(m.Header, name)
 	if len(vals) == 0 {
-		return "", errors.New("the request has no such field")
+		return nil, errors.New("the request has no such field")
 	}
-	if len(vals) == 1 {
-		return strings.Trim(vals[0], " \t"), nil
-	}
-	var b strings.Builder
 	for i, v := range vals {
 		if i > 0 {
-			b.WriteString(", ")
+			b = append(b, ", "...)
 		}
-		b.WriteString(strings.Trim(v, " \t"))
+		b = append(b, strings.Trim(v, " \t")...)
 	}
-	return b.String(), nil
+	return b, nil
 }
 
-// derivedValue returns the value of a derived component (RFC 9421 §2.2).
-func derivedValue(m Message, comp string) (string, error) {
+// fieldLines is headerValues(h, name) for a valid lowercase field name,
+// without allocating its canonical form.
+func fieldLines(h http.Header, name string) []string {
+	var buf [64]byte
+	if len(name) > len(buf) {
+		return headerValues(h, name)
+	}
+	// textproto.CanonicalMIMEHeaderKey's rule for a token: upper case
+	// first and after each '-', lower case elsewhere (name is already).
+	k := buf[:len(name)]
+	upper := true
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if upper && 'a' <= c && c <= 'z' {
+			c -= 'a' - 'A'
+		}
+		k[i] = c
+		upper = c == '-'
+	}
+	if vals := h[string(k)]; len(vals) > 0 {
+		return vals
+	}
+	return headerValues(h, name)
+}
+
+// appendDerived appends the value of a derived component (RFC 9421
+// §2.2).
+func appendDerived(b []byte, m Message, comp string) ([]byte, error) {
 	switch comp {
 	case compMethod:
 		if m.Method == "" {
-			return "", errors.New("the request has no method")
+			return nil, errors.New("the request has no method")
 		}
-		return m.Method, nil
+		return append(b, m.Method...), nil
 	case compSigParams:
-		return "", errors.New("@signature-params cannot be covered")
+		return nil, errors.New("@signature-params cannot be covered")
 	}
 	u := m.URL
 	if u == nil {
-		return "", errors.New("the request has no URL")
+		return nil, errors.New("the request has no URL")
 	}
 	switch comp {
 	case compAuthority:
-		return authority(u)
+		a, err := authority(u)
+		if err != nil {
+			return nil, err
+		}
+		return append(b, a...), nil
 	case compScheme:
 		if u.Scheme == "" {
-			return "", errors.New("the request URL has no scheme")
+			return nil, errors.New("the request URL has no scheme")
 		}
-		return strings.ToLower(u.Scheme), nil
+		return append(b, strings.ToLower(u.Scheme)...), nil
 	case compTargetURI:
 		if u.Scheme == "" {
-			return "", errors.New("the request URL has no scheme")
+			return nil, errors.New("the request URL has no scheme")
 		}
 		a, err := authority(u)
 		if err != nil {
-			return "", err
+			return nil, err
 		}
-		s := strings.ToLower(u.Scheme) + "://" + a + path(u)
-		if u.RawQuery != "" || u.ForceQuery {
-			s += "?" + u.RawQuery
-		}
-		return s, nil
+		b = append(b, strings.ToLower(u.Scheme)...)
+		b = append(b, "://"...)
+		b = append(b, a...)
+		return appendTarget(b, u), nil
 	case compRequestTarget:
-		s := path(u)
-		if u.RawQuery != "" || u.ForceQuery {
-			s += "?" + u.RawQuery
-		}
-		return s, nil
+		return appendTarget(b, u), nil
 	case compPath:
-		return path(u), nil
+		return append(b, path(u)...), nil
 	case compQuery:
-		return "?" + u.RawQuery, nil
+		b = append(b, '?')
+		return append(b, u.RawQuery...), nil
 	}
-	return "", errors.New("unsupported derived component")
+	return nil, errors.New("unsupported derived component")
+}
+
+// appendTarget appends u's path and, when there is a query (or a bare
+// "?"), "?" and the query.
+func appendTarget(b []byte, u *url.URL) []byte {
+	b = append(b, path(u)...)
+	if u.RawQuery != "" || u.ForceQuery {
+		b = append(b, '?')
+		b = append(b, u.RawQuery...)
+	}
+	return b
 }
 
 // path is the absolute path of u as sent, before percent-decoding; "/"

@@ -26,13 +26,19 @@ const maxFieldBytes = 8 << 10
 // checkContentDigest checks the Content-Digest field values vals against
 // body. Every sha-256 and sha-512 member must match; at least one of them
 // must be present (members with other algorithms are ignored).
-func checkContentDigest(vals []string, body []byte) error {
+// sc is the scratch to work in.
+func checkContentDigest(vals []string, body []byte, sc *scratch) error {
 	if len(vals) == 0 {
 		return errors.New("no Content-Digest field")
 	}
 	if fieldLen(vals) > maxFieldBytes {
 		return errors.New("Content-Digest field too long")
 	}
+	if digestsMatch(fieldOf(vals), body, sc) {
+		return nil
+	}
+	// Any refusal, and any field the fast reader does not read, is
+	// judged here.
 	d, err := httpsfv.UnmarshalDictionary(vals)
 	if err != nil {
 		return errors.New("Content-Digest is not a structured-field dictionary")
@@ -68,6 +74,40 @@ func checkContentDigest(vals []string, body []byte) error {
 		return errors.New("Content-Digest has no sha-256 or sha-512 digest")
 	}
 	return nil
+}
+
+// digestsMatch reports whether field, read by parseDigestFast, has a
+// sha-256 or sha-512 member and all of them match body. False means
+// "look again with httpsfv", never "refused".
+func digestsMatch(field string, body []byte, sc *scratch) bool {
+	ds, ok := parseDigestFast(field, sc.digests[:0])
+	if !ok {
+		return false
+	}
+	checked := 0
+	for _, d := range ds {
+		// Every member's byte sequence must decode, as httpsfv requires.
+		got, ok := sc.b64.decode(d.b64, sc.digest[:])
+		if !ok {
+			return false
+		}
+		var match bool
+		switch d.alg {
+		case "sha-256":
+			s := sha256.Sum256(body)
+			match = subtle.ConstantTimeCompare(got, s[:]) == 1
+		case "sha-512":
+			s := sha512.Sum512(body)
+			match = subtle.ConstantTimeCompare(got, s[:]) == 1
+		default:
+			continue
+		}
+		if !match {
+			return false
+		}
+		checked++
+	}
+	return checked > 0
 }
 
 // fieldLen is the length of vals joined with ", ".

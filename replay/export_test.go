@@ -9,3 +9,10 @@ package replay
 // test vectors (no nonce, created in 2021) can be verified; it is defined
 // in a test file, so it is not part of the API.
 func UnsafeSkipPolicyForTests() Option { return func(s *settings) { s.unsafe = true } }
+
+// componentValue returns the value of one covered component of m, as
+// the signature base holds it.
+func componentValue(m Message, comp string) (string, error) {
+	b, err := appendComponent(nil, m, comp)
+	return string(b), err
+}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/ed25519"
 	"crypto/hmac"
-	"crypto/sha256"
 	"errors"
 	"fmt"
 	"net/http"
@@ -129,6 +128,7 @@ type KeySource interface {
 type Verifier struct {
 	keys  KeySource
 	store store.Store
+	macs  *macCache
 	*settings
 }
 
@@ -215,7 +215,7 @@ func WithRequired(components ...string) Option {
 // NewVerifier returns a Verifier that finds keys in keys and records
 // nonces in st.
 func NewVerifier(keys KeySource, st store.Store, opts ...Option) *Verifier {
-	return &Verifier{keys: keys, store: st, settings: newSettings(opts)}
+	return &Verifier{keys: keys, store: st, macs: new(macCache), settings: newSettings(opts)}
 }
 
 // Verify checks m's signature and, when it is good, records its nonce.
@@ -268,85 +268,11 @@ func (v *Verifier) Verify(ctx context.Context, m Message) (Result, error) {
 	if fieldLen(inputVals) > maxFieldBytes || fieldLen(sigVals) > maxFieldBytes {
 		return Result{}, invalid("Signature-Input or Signature is over %d bytes", maxFieldBytes)
 	}
-	inputs, err := httpsfv.UnmarshalDictionary(inputVals)
-	if err != nil {
-		return Result{}, invalid("Signature-Input is not a structured-field dictionary")
-	}
-	sigs, err := httpsfv.UnmarshalDictionary(sigVals)
-	if err != nil {
-		return Result{}, invalid("Signature is not a structured-field dictionary")
-	}
-
-	name, input, key, err := v.choose(inputs)
+	sc := scratches.Get().(*scratch)
+	res, p, key, err := v.check(m, inputVals, sigVals, sc)
+	sc.release()
 	if err != nil {
 		return Result{}, err
-	}
-	p, err := parseSigParams(input.Params)
-	if err != nil {
-		return Result{}, invalid("%s: %v", name, err)
-	}
-	if p.hasAlg && p.alg != key.Alg {
-		return Result{}, invalid("%s: alg %q is not the algorithm of key %q", name, clip(p.alg), clip(key.ID))
-	}
-	if !v.unsafe {
-		if !p.hasCreated {
-			return Result{}, invalid("%s: no created parameter", name)
-		}
-		if !p.hasNonce {
-			return Result{}, invalid("%s: no nonce parameter", name)
-		}
-	}
-	sigMember, ok := sigs.Get(name)
-	if !ok {
-		return Result{}, invalid("Signature has no member %s", name)
-	}
-	sigItem, ok := sigMember.(httpsfv.Item)
-	if !ok {
-		return Result{}, invalid("Signature %s is not a byte sequence", name)
-	}
-	sig, ok := sigItem.Value.([]byte)
-	if !ok {
-		return Result{}, invalid("Signature %s is not a byte sequence", name)
-	}
-
-	covered := make(map[string]bool, len(input.Items))
-	for _, it := range input.Items {
-		if s, ok := it.Value.(string); ok {
-			covered[s] = true
-		}
-	}
-	if !v.unsafe {
-		for _, r := range DefaultRequired {
-			if !covers(covered, r) {
-				return Result{}, invalid("%s does not cover %s", name, r)
-			}
-		}
-		for _, r := range v.required {
-			if !covers(covered, r) {
-				return Result{}, invalid("%s does not cover %s", name, clip(r))
-			}
-		}
-		if len(m.Body) > 0 && !covered[compContentDigest] {
-			return Result{}, invalid("%s does not cover content-digest and the request has a body", name)
-		}
-	}
-	if covered[compContentDigest] {
-		if err := checkContentDigest(headerValues(m.Header, compContentDigest), m.Body); err != nil {
-			return Result{}, invalid("%v", err)
-		}
-	}
-
-	base, err := SignatureBase(m, name, input)
-	if err != nil {
-		return Result{}, fmt.Errorf("%w: %w", ErrInvalid, err)
-	}
-	if err := checkSignature(key, []byte(base), sig); err != nil {
-		return Result{}, invalid("%s: %v", name, err)
-	}
-
-	res := Result{KeyID: key.ID, Label: key.Label, Nonce: p.nonce, Name: name}
-	if p.hasCreated {
-		res.Created = time.Unix(p.created, 0).UTC()
 	}
 	if v.unsafe {
 		return res, nil
@@ -371,39 +297,140 @@ func (v *Verifier) Verify(ctx context.Context, m Message) (Result, error) {
 	return res, nil
 }
 
+// check is Verify up to the window: it parses the two fields, chooses
+// the signature, applies the policy's syntactic part and checks the
+// content digest and the signature, working in sc. Nothing it returns
+// points into sc.
+func (v *Verifier) check(m Message, inputVals, sigVals []string, sc *scratch) (Result, sigParams, Key, error) {
+	fail := func(err error) (Result, sigParams, Key, error) { return Result{}, sigParams{}, Key{}, err }
+	inputs, ok := parseInputFast(fieldOf(inputVals), sc.members[:0], sc.comps[:0], sc.params[:0])
+	if !ok {
+		d, err := httpsfv.UnmarshalDictionary(inputVals)
+		if err != nil {
+			return fail(invalid("Signature-Input is not a structured-field dictionary"))
+		}
+		inputs = inputsOf(d)
+	}
+	sc.inputs = inputs
+	sigLabel, sig, ok := parseSignatureFast(fieldOf(sigVals), &sc.b64, sc.sig[:])
+	var sigs *httpsfv.Dictionary
+	if !ok {
+		var err error
+		if sigs, err = httpsfv.UnmarshalDictionary(sigVals); err != nil {
+			return fail(invalid("Signature is not a structured-field dictionary"))
+		}
+	}
+
+	input, key, err := v.choose(inputs)
+	if err != nil {
+		return fail(err)
+	}
+	name := input.label
+	p, err := parseSigParams(input.params)
+	if err != nil {
+		return fail(invalid("%s: %v", name, err))
+	}
+	if p.hasAlg && p.alg != key.Alg {
+		return fail(invalid("%s: alg %q is not the algorithm of key %q", name, clip(p.alg), clip(key.ID)))
+	}
+	if !v.unsafe {
+		if !p.hasCreated {
+			return fail(invalid("%s: no created parameter", name))
+		}
+		if !p.hasNonce {
+			return fail(invalid("%s: no nonce parameter", name))
+		}
+	}
+	if sigs != nil {
+		if sig, err = signatureOf(sigs, name); err != nil {
+			return fail(err)
+		}
+	} else if sigLabel != name {
+		return fail(invalid("Signature has no member %s", name))
+	}
+
+	if !v.unsafe {
+		for _, r := range DefaultRequired {
+			if !covers(input.comps, r) {
+				return fail(invalid("%s does not cover %s", name, r))
+			}
+		}
+		for _, r := range v.required {
+			if !covers(input.comps, r) {
+				return fail(invalid("%s does not cover %s", name, clip(r)))
+			}
+		}
+		if len(m.Body) > 0 && !covered(input.comps, compContentDigest) {
+			return fail(invalid("%s does not cover content-digest and the request has a body", name))
+		}
+	}
+	if covered(input.comps, compContentDigest) {
+		if err := checkContentDigest(headerValues(m.Header, "Content-Digest"), m.Body, sc); err != nil {
+			return fail(invalid("%v", err))
+		}
+	}
+
+	base, err := appendBase(sc.base[:0], m, input)
+	if err != nil {
+		return fail(fmt.Errorf("%w: %w", ErrInvalid, err))
+	}
+	sc.base = base
+	if err := v.checkSignature(key, base, sig, sc.mac[:0]); err != nil {
+		return fail(invalid("%s: %v", name, err))
+	}
+
+	res := Result{KeyID: key.ID, Label: key.Label, Nonce: p.nonce, Name: name}
+	if p.hasCreated {
+		res.Created = time.Unix(p.created, 0).UTC()
+	}
+	return res, p, key, nil
+}
+
+// signatureOf returns the byte sequence of the member name of sigs, a
+// Signature field httpsfv parsed.
+func signatureOf(sigs *httpsfv.Dictionary, name string) ([]byte, error) {
+	sigMember, ok := sigs.Get(name)
+	if !ok {
+		return nil, invalid("Signature has no member %s", name)
+	}
+	sigItem, ok := sigMember.(httpsfv.Item)
+	if !ok {
+		return nil, invalid("Signature %s is not a byte sequence", name)
+	}
+	sig, ok := sigItem.Value.([]byte)
+	if !ok {
+		return nil, invalid("Signature %s is not a byte sequence", name)
+	}
+	return sig, nil
+}
+
 // choose returns the first member of inputs whose keyid names a known key.
-func (v *Verifier) choose(inputs *httpsfv.Dictionary) (string, httpsfv.InnerList, Key, error) {
-	names := inputs.Names()
-	if len(names) == 0 {
-		return "", httpsfv.InnerList{}, Key{}, invalid("Signature-Input is empty")
+func (v *Verifier) choose(inputs []inputMember) (*inputMember, Key, error) {
+	if len(inputs) == 0 {
+		return nil, Key{}, invalid("Signature-Input is empty")
 	}
 	sawKeyID := false
-	for _, name := range names {
-		mem, _ := inputs.Get(name)
-		il, ok := mem.(httpsfv.InnerList)
-		if !ok || il.Params == nil {
+	for i := range inputs {
+		mem := &inputs[i]
+		if !mem.isList {
 			continue
 		}
-		raw, ok := il.Params.Get("keyid")
-		if !ok {
-			continue
-		}
-		id, ok := raw.(string)
-		if !ok {
+		id, ok := mem.param("keyid")
+		if !ok || id.kind != kindString {
 			continue
 		}
 		sawKeyID = true
 		if v.keys == nil {
 			continue
 		}
-		if key, ok := v.keys.Lookup(id); ok {
-			return name, il, key, nil
+		if key, ok := v.keys.Lookup(id.s); ok {
+			return mem, key, nil
 		}
 	}
 	if sawKeyID {
-		return "", httpsfv.InnerList{}, Key{}, invalid("unknown keyid")
+		return nil, Key{}, invalid("unknown keyid")
 	}
-	return "", httpsfv.InnerList{}, Key{}, invalid("no signature in Signature-Input has a keyid")
+	return nil, Key{}, invalid("no signature in Signature-Input has a keyid")
 }
 
 // sigParams are the signature parameters Verify uses (RFC 9421 §2.3).
@@ -416,32 +443,29 @@ type sigParams struct {
 
 // parseSigParams checks the types of the known signature parameters and
 // the nonce's length. Unknown parameters are allowed; they are signed.
-func parseSigParams(ps *httpsfv.Params) (sigParams, error) {
+func parseSigParams(ps []sfParam) (sigParams, error) {
 	var p sigParams
-	if ps == nil {
-		return p, nil
-	}
-	for _, k := range ps.Names() {
-		raw, _ := ps.Get(k)
+	for _, raw := range ps {
+		k := raw.key
 		var ok bool
 		switch k {
 		case "created":
-			p.created, ok = raw.(int64)
+			p.created, ok = raw.n, raw.kind == kindInt
 			p.hasCreated = true
 		case "expires":
-			p.expires, ok = raw.(int64)
+			p.expires, ok = raw.n, raw.kind == kindInt
 			p.hasExpires = true
 		case "nonce":
-			p.nonce, ok = raw.(string)
+			p.nonce, ok = raw.s, raw.kind == kindString
 			p.hasNonce = true
 			if ok && (p.nonce == "" || len(p.nonce) > MaxNonceLen) {
 				return p, fmt.Errorf("nonce must be 1 to %d bytes", MaxNonceLen)
 			}
 		case "alg":
-			p.alg, ok = raw.(string)
+			p.alg, ok = raw.s, raw.kind == kindString
 			p.hasAlg = true
 		case "keyid", "tag":
-			_, ok = raw.(string)
+			ok = raw.kind == kindString
 		default:
 			ok = true
 		}
@@ -455,22 +479,31 @@ func parseSigParams(ps *httpsfv.Params) (sigParams, error) {
 	return p, nil
 }
 
-// covers reports whether the covered components satisfy the requirement
-// r: r itself, or @target-uri for @query.
-func covers(covered map[string]bool, r string) bool {
-	return covered[r] || (r == compQuery && covered[compTargetURI])
+// covers reports whether the covered components comps satisfy the
+// requirement r: r itself, or @target-uri for @query.
+func covers(comps []component, r string) bool {
+	return covered(comps, r) || (r == compQuery && covered(comps, compTargetURI))
 }
 
-// checkSignature verifies sig over base with key's own algorithm.
-func checkSignature(key Key, base, sig []byte) error {
+// covered reports whether comps holds the string c.
+func covered(comps []component, c string) bool {
+	for _, it := range comps {
+		if it.isString && it.name == c {
+			return true
+		}
+	}
+	return false
+}
+
+// checkSignature verifies sig over base with key's own algorithm; an
+// HMAC is computed into buf's spare capacity.
+func (v *Verifier) checkSignature(key Key, base, sig, buf []byte) error {
 	switch key.Alg {
 	case AlgHMACSHA256:
 		if len(key.Secret) == 0 {
 			return errors.New("the key has no secret")
 		}
-		mac := hmac.New(sha256.New, key.Secret)
-		mac.Write(base)
-		if !hmac.Equal(mac.Sum(nil), sig) {
+		if !hmac.Equal(v.macs.sum(key.Secret, base, buf), sig) {
 			return errors.New("wrong signature")
 		}
 		return nil
