@@ -194,15 +194,15 @@ func Mount(r gin.IRoutes, tokens *token.Service, opts ...Option) *API {
 // WithVerifier), and the browser SDK (GET and HEAD of sdk.Paths:
 // /sdk/replayguard.js, .mjs, .src.js, .min.js.map and .js.sri) to r.
 func (a *API) Register(r gin.IRoutes) {
-	r.POST("/v1/tokens", a.cors, handle(a.issue, a.countIssue))
+	r.POST("/v1/tokens", a.cors, a.handle(a.issue, a.countIssue))
 	r.OPTIONS("/v1/tokens", a.preflight)
-	r.POST("/v1/tokens/redeem", handle(a.redeem, a.metrics.Redemption))
-	r.POST("/v1/tokens/complete", handle(a.finish(a.complete), func(o string) { a.metrics.TokenRecord("complete", o) }))
-	r.POST("/v1/tokens/release", handle(a.finish(a.release), func(o string) { a.metrics.TokenRecord("release", o) }))
+	r.POST("/v1/tokens/redeem", a.handle(a.redeem, a.metrics.Redemption))
+	r.POST("/v1/tokens/complete", a.handle(a.finish(a.complete), func(o string) { a.metrics.TokenRecord("complete", o) }))
+	r.POST("/v1/tokens/release", a.handle(a.finish(a.release), func(o string) { a.metrics.TokenRecord("release", o) }))
 	for _, m := range forwardAuthMethods {
 		r.Handle(m, ForwardAuthPath, a.forwardAuth)
 	}
-	r.POST("/v1/signatures/verify", handle(a.verifySignature, a.metrics.SignatureVerification))
+	r.POST("/v1/signatures/verify", a.handle(a.verifySignature, a.metrics.SignatureVerification))
 	files := gin.WrapH(sdk.Handler())
 	for _, p := range sdk.Paths() {
 		r.GET(p, files)
@@ -217,7 +217,8 @@ type endpoint func(c *gin.Context) (outcome string, err error)
 // handle is the one place where an endpoint's outcome is counted and its
 // refusal written: count gets the outcome, or the problem code of the
 // error, which is answered as a problem.
-func handle(e endpoint, count func(outcome string)) gin.HandlerFunc {
+func (a *API) handle(e endpoint, count func(outcome string)) gin.HandlerFunc {
+	traced := a.tracer != nil // else no request has a span to look for
 	return func(c *gin.Context) {
 		outcome, err := e(c)
 		if err != nil {
@@ -226,7 +227,9 @@ func handle(e endpoint, count func(outcome string)) gin.HandlerFunc {
 		}
 		if outcome != "" {
 			count(outcome)
-			tracing.SetOutcome(c.Request.Context(), outcome)
+			if traced {
+				tracing.SetOutcome(c.Request.Context(), outcome)
+			}
 		}
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/gin-gonic/gin"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/replayguard/replayguard/internal/logjson"
 	"github.com/replayguard/replayguard/metrics"
 	"github.com/replayguard/replayguard/problem"
 )
@@ -169,38 +170,41 @@ func countRequests(m *metrics.Metrics, c *gin.Context, route string, named *stri
 
 // logRequests writes a request's line, stamped end, with its duration d.
 // It logs the path without the query and never logs headers, so tokens
-// and API keys stay out of logs.
+// and API keys stay out of logs. The server's handler (logjson) takes the
+// line without a slog.Record; any other gets the same record.
 func logRequests(log *slog.Logger, c *gin.Context, end time.Time, d time.Duration) {
 	status := c.Writer.Status()
 	level := slog.LevelInfo
 	if status >= 500 {
 		level = slog.LevelError
 	}
+	ctx := c.Request.Context()
 	h := log.Handler()
-	if !h.Enabled(c.Request.Context(), level) {
+	if !h.Enabled(ctx, level) {
 		return
 	}
-	attrs := [8]slog.Attr{
-		slog.String("request_id", problem.RequestID(c.Request.Context())),
-		slog.String("method", c.Request.Method),
-		slog.String("path", c.Request.URL.Path),
-		slog.Int("status", status),
-		slog.Float64("duration_ms", float64(d.Microseconds())/1000),
-		slog.String("client_ip", c.ClientIP()),
-		slog.Int("bytes", c.Writer.Size()),
+	line := logjson.Request{
+		Time:       end,
+		Level:      level,
+		RequestID:  problem.RequestID(ctx),
+		Method:     c.Request.Method,
+		Path:       c.Request.URL.Path,
+		Status:     status,
+		DurationMS: float64(d.Microseconds()) / 1000,
+		ClientIP:   c.ClientIP(),
+		Bytes:      c.Writer.Size(),
 	}
-	n := 7
 	if status >= 500 {
 		// The cause, which the problem body never carries for a 5xx (a
 		// store's address, say): store and library errors hold no
 		// secrets.
 		if e := c.Errors.Last(); e != nil {
-			attrs[n], n = slog.String("error", e.Error()), n+1
+			line.Error = e.Error()
 		}
 	}
-	// Straight to the handler: Logger.LogAttrs would also walk the stack
-	// for the caller's PC (runtime.Callers), which no line uses.
-	r := slog.NewRecord(end, level, "request", 0)
-	r.AddAttrs(attrs[:n]...)
-	_ = h.Handle(c.Request.Context(), r)
+	if lh, ok := h.(*logjson.Handler); ok {
+		_ = lh.LogRequest(ctx, line)
+		return
+	}
+	_ = h.Handle(ctx, line.Record())
 }

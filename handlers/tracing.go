@@ -24,7 +24,9 @@ import (
 // http.response.status_code, replayguard.outcome and, on a problem
 // answer, replayguard.problem_code. Handlers further in (the store, the
 // gateway) find the span in the request's context. Defaults to nil: no
-// middleware is installed.
+// middleware is installed, and the API's handlers (also those Register
+// adds to an application's router) look for no span to set
+// replayguard.outcome on.
 func WithTracerProvider(tp trace.TracerProvider) Option {
 	return func(a *API) { a.tracer = tp }
 }

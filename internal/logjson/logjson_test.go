@@ -106,3 +106,47 @@ func BenchmarkRequestLine(b *testing.B) {
 type discard struct{}
 
 func (discard) Write(p []byte) (int, error) { return len(p), nil }
+
+// TestLogRequestWritesWhatJSONHandlerWrites compares LogRequest's line
+// with slog.JSONHandler's for the same record.
+func TestLogRequestWritesWhatJSONHandlerWrites(t *testing.T) {
+	at := time.Date(2026, 11, 28, 10, 0, 0, 123456789, time.FixedZone("x", 3600)) // formatting only
+	cases := []Request{
+		{Time: at, Level: slog.LevelInfo, RequestID: "0123abcd", Method: "POST", Path: "/v1/tokens/redeem", Status: 200, DurationMS: 0.123, ClientIP: "127.0.0.1", Bytes: 57},
+		{Time: at.UTC(), Level: slog.LevelError, RequestID: "r", Method: "GET", Path: "/readyz", Status: 503, DurationMS: 1000.5, ClientIP: "::1", Bytes: 0, Error: "store: unavailable: redis: dial tcp 127.0.0.1:1: connect: connection refused"},
+		{Time: at, Level: slog.LevelWarn, RequestID: "", Method: "BREW", Path: "/\"quoted\"\\<html>&\u2028\x00\x1f\xff\xc3 é 日本 🙂", Status: 404, DurationMS: 1e-7, ClientIP: "", Bytes: -1},
+		{Time: at, Level: slog.LevelInfo, Path: "/", Status: 200, DurationMS: 1e21},
+		{Time: at, Level: slog.LevelInfo, Path: "/nan", DurationMS: math.NaN()},
+		{Level: slog.LevelInfo, Path: "/no-time", DurationMS: 1},
+	}
+	for _, r := range cases {
+		t.Run(r.Path, func(t *testing.T) {
+			var want, got bytes.Buffer
+			if err := slog.NewJSONHandler(&want, &slog.HandlerOptions{Level: slog.LevelDebug}).Handle(context.Background(), r.Record()); err != nil {
+				t.Fatal(err)
+			}
+			if err := NewHandler(&got, slog.LevelDebug).LogRequest(context.Background(), r); err != nil {
+				t.Fatal(err)
+			}
+			if got.String() != want.String() {
+				t.Errorf("LogRequest wrote\n%s\nJSONHandler\n%s", got.String(), want.String())
+			}
+		})
+	}
+}
+
+// FuzzLogRequest holds LogRequest to slog.JSONHandler for any strings.
+func FuzzLogRequest(f *testing.F) {
+	f.Add("0123abcd", "POST", "/v1/tokens", "127.0.0.1", "", 200, 0.25)
+	f.Add("", "GET", "/\xff\"<>&\u2028", "::1", "boom \x00", 500, 1e21)
+	f.Fuzz(func(t *testing.T, id, method, path, ip, errText string, status int, d float64) {
+		r := Request{Time: time.Unix(1700000000, 123).UTC(), Level: slog.LevelInfo, RequestID: id, Method: method, Path: path,
+			Status: status, DurationMS: d, ClientIP: ip, Bytes: len(path), Error: errText}
+		var want, got bytes.Buffer
+		_ = slog.NewJSONHandler(&want, nil).Handle(context.Background(), r.Record())
+		_ = NewHandler(&got, nil).LogRequest(context.Background(), r)
+		if got.String() != want.String() {
+			t.Fatalf("LogRequest wrote\n%s\nJSONHandler\n%s", got.String(), want.String())
+		}
+	})
+}
