@@ -25,9 +25,11 @@ func ReadBody(r *http.Request, limit int64) ([]byte, error) {
 	if r.Body == nil || r.Body == http.NoBody {
 		return nil, nil
 	}
-	tooLarge := fmt.Errorf("%w: the body is over %d bytes, the most this route reads", problem.ErrTooLarge, limit)
+	tooLarge := func() error {
+		return fmt.Errorf("%w: the body is over %d bytes, the most this route reads", problem.ErrTooLarge, limit)
+	}
 	if r.ContentLength > limit {
-		return nil, tooLarge
+		return nil, tooLarge()
 	}
 	data, err := io.ReadAll(io.LimitReader(r.Body, limit+1))
 	if err != nil {
@@ -37,7 +39,7 @@ func ReadBody(r *http.Request, limit int64) ([]byte, error) {
 		return nil, fmt.Errorf("%w: reading the body: %v", problem.ErrBadRequest, err)
 	}
 	if int64(len(data)) > limit {
-		return nil, tooLarge
+		return nil, tooLarge()
 	}
 	_ = r.Body.Close()
 	if len(data) == 0 {
