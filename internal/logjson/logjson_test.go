@@ -101,6 +101,17 @@ func BenchmarkRequestLine(b *testing.B) {
 			}
 		})
 	}
+	// What the server's request middleware calls: no slog.Record.
+	b.Run("logjson.Handler.LogRequest", func(b *testing.B) {
+		h := NewHandler(discard{}, nil)
+		r := Request{Time: time.Now(), Level: slog.LevelInfo, RequestID: "0123abcd0123abcd", Method: "POST", Path: "/v1/tokens/redeem",
+			Status: 200, DurationMS: 0.123, ClientIP: "127.0.0.1", Bytes: 57}
+		ctx := context.Background()
+		b.ReportAllocs()
+		for range b.N {
+			_ = h.LogRequest(ctx, r)
+		}
+	})
 }
 
 type discard struct{}
