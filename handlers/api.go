@@ -297,7 +297,7 @@ func (a *API) issue(c *gin.Context) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	c.Header("Cache-Control", "no-store")
+	noStore(c)
 	writeJSON(c, http.StatusCreated, issueResponse{
 		Token:     is.Token,
 		ID:        is.ID,
@@ -361,6 +361,14 @@ func writeJSON(c *gin.Context, status int, appendBody func([]byte) []byte) {
 	}
 }
 
+// noStore sets Cache-Control: no-store, without canonicalising the name
+// or allocating its value on every answer.
+func noStore(c *gin.Context) { c.Writer.Header()["Cache-Control"] = noStoreValue }
+
+// noStoreValue is Cache-Control's value on API answers. net/http only
+// reads it.
+var noStoreValue = []string{"no-store"}
+
 // jsonContentType is c.JSON's Content-Type. net/http only reads it.
 var jsonContentType = []string{"application/json; charset=utf-8"}
 
@@ -421,7 +429,7 @@ func (a *API) redeem(c *gin.Context) (string, error) {
 	case body.Record && a.keeper == nil:
 		return "", fmt.Errorf("%w: this server does not record responses, so \"record\" cannot be true", problem.ErrBadRequest)
 	}
-	c.Header("Cache-Control", "no-store")
+	noStore(c)
 	if a.keeper == nil {
 		claims, err := a.tokens.Redeem(c.Request.Context(), tok, body.Purpose, body.Subject)
 		if err != nil {

@@ -36,7 +36,7 @@ var forwardAuthMethods = []string{
 // ProblemCodeHeader too, whose status is one that auth_request
 // understands (problem.Problem.ForwardAuth).
 func (a *API) forwardAuth(c *gin.Context) {
-	c.Header("Cache-Control", "no-store")
+	noStore(c)
 	claims, err := a.forwardAuthRedeem(c)
 	if err != nil {
 		p := problem.For(err).ForwardAuth()

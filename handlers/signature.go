@@ -79,7 +79,7 @@ func (a *API) verifySignature(c *gin.Context) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	c.Header("Cache-Control", "no-store")
+	noStore(c)
 	writeJSON(c, http.StatusOK, verifyResponse{Status: "verified", KeyID: res.KeyID, Created: res.Created.Unix(), Nonce: res.Nonce}.appendJSON)
 	return "verified", nil
 }
