@@ -222,8 +222,9 @@ func (a *API) handle(e endpoint, count func(outcome string)) gin.HandlerFunc {
 	return func(c *gin.Context) {
 		outcome, err := e(c)
 		if err != nil {
-			outcome = problem.Code(err)
-			fail(c, err)
+			p := problem.For(err) // once, for the count and the answer
+			outcome = p.Code
+			answer(c, err, p)
 		}
 		if outcome != "" {
 			count(outcome)
@@ -235,10 +236,13 @@ func (a *API) handle(e endpoint, count func(outcome string)) gin.HandlerFunc {
 }
 
 // fail answers c with the problem for err.
-func fail(c *gin.Context, err error) {
+func fail(c *gin.Context, err error) { answer(c, err, problem.For(err)) }
+
+// answer answers c with p, the problem for err.
+func answer(c *gin.Context, err error, p problem.Problem) {
 	c.Abort()
 	_ = c.Error(err) // the request log names the cause of a 5xx
-	problem.Write(c.Writer, err)
+	p.Write(c.Writer)
 }
 
 // countIssue counts an issued token.

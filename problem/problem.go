@@ -212,17 +212,19 @@ func (p Problem) Write(w http.ResponseWriter) {
 	if v := h[requestIDHeaderKey]; p.RequestID == "" && len(v) > 0 {
 		p.RequestID = v[0]
 	}
-	h.Set("Content-Type", "application/problem+json")
-	h.Set("Cache-Control", "no-store")
+	// Canonical names and shared values (net/http only reads them): no
+	// canonicalising or allocating per answer.
+	h["Content-Type"] = problemContentType
+	h["Cache-Control"] = noStore
 	if p.RetryAfter > 0 {
 		secs := int((p.RetryAfter + time.Second - 1) / time.Second)
-		h.Set("Retry-After", strconv.Itoa(max(secs, 1)))
+		h["Retry-After"] = []string{strconv.Itoa(max(secs, 1))}
 	}
 	switch {
 	case p.Code == "unauthorized":
-		h.Set("WWW-Authenticate", `Bearer realm="replayguard"`)
+		h["Www-Authenticate"] = bearerChallenge
 	case signatureCodes[p.Code]:
-		h.Set("WWW-Authenticate", `Signature realm="replayguard"`)
+		h["Www-Authenticate"] = signatureChallenge
 	}
 	w.WriteHeader(p.Status)
 	bp := bodies.Get().(*[]byte)
@@ -233,6 +235,14 @@ func (p Problem) Write(w http.ResponseWriter) {
 		bodies.Put(bp)
 	}
 }
+
+// Header values every problem answer of a kind shares.
+var (
+	problemContentType = []string{"application/problem+json"}
+	noStore            = []string{"no-store"}
+	bearerChallenge    = []string{`Bearer realm="replayguard"`}
+	signatureChallenge = []string{`Signature realm="replayguard"`}
+)
 
 var bodies = sync.Pool{New: func() any { b := make([]byte, 0, 512); return &b }}
 
