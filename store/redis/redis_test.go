@@ -673,40 +673,12 @@ func BenchmarkPut(b *testing.B) {
 // coalesced into pipelines (WithPipelining). At 1 goroutine it shows
 // what coalescing costs a lone call; at 64, what it saves.
 func BenchmarkPipelining(b *testing.B) {
-	tok := store.Token{Purpose: "default", Subject: "bench"}
 	for _, conns := range []int{1, 64} {
 		for _, n := range []int{0, 1, 2, 4} {
 			b.Run(fmt.Sprintf("goroutines=%d/pipelines=%d", conns, n), func(b *testing.B) {
 				s := redis.New(newRedisClient(b), redis.WithPrefix(uniquePrefix(b)), redis.WithPipelining(n))
 				defer s.Close()
-				ctx := context.Background()
-				pair := func() bool {
-					id := storetest.ID()
-					if created, err := s.Put(ctx, id, tok, time.Minute); err != nil || !created {
-						b.Errorf("put %s = %v, %v", id, created, err)
-						return false
-					}
-					if res, _, err := s.Redeem(ctx, id, tok, "", 0); err != nil || res != store.Redeemed {
-						b.Errorf("redeem %s = %v, %v", id, res, err)
-						return false
-					}
-					return true
-				}
-				b.ResetTimer()
-				if conns == 1 {
-					for range b.N {
-						if !pair() {
-							return
-						}
-					}
-				} else {
-					b.SetParallelism(max(conns/runtime.GOMAXPROCS(0), 1))
-					b.RunParallel(func(pb *testing.PB) {
-						for pb.Next() && pair() {
-						}
-					})
-				}
-				b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "pairs/s")
+				benchPairs(b, s, conns, func() (context.Context, context.CancelFunc) { return context.Background(), func() {} })
 			})
 		}
 	}
@@ -721,40 +693,48 @@ func BenchmarkRequestContext(b *testing.B) {
 	type key int
 	base := context.WithValue(context.Background(), key(0), "server")
 	base = context.WithValue(base, key(1), "local address")
-	tok := store.Token{Purpose: "default", Subject: "bench"}
 	for _, conns := range []int{1, 64} {
 		b.Run(fmt.Sprintf("goroutines=%d", conns), func(b *testing.B) {
 			s := redis.New(newRedisClient(b), redis.WithPrefix(uniquePrefix(b)))
 			defer s.Close()
-			pair := func() bool {
-				ctx, cancel := context.WithCancel(context.WithValue(base, key(2), "request"))
-				defer cancel()
-				id := storetest.ID()
-				if created, err := s.Put(ctx, id, tok, time.Minute); err != nil || !created {
-					b.Errorf("put %s = %v, %v", id, created, err)
-					return false
-				}
-				if res, _, err := s.Redeem(ctx, id, tok, "", 0); err != nil || res != store.Redeemed {
-					b.Errorf("redeem %s = %v, %v", id, res, err)
-					return false
-				}
-				return true
-			}
-			b.ResetTimer()
-			if conns == 1 {
-				for range b.N {
-					if !pair() {
-						return
-					}
-				}
-			} else {
-				b.SetParallelism(max(conns/runtime.GOMAXPROCS(0), 1))
-				b.RunParallel(func(pb *testing.PB) {
-					for pb.Next() && pair() {
-					}
-				})
-			}
-			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "pairs/s")
+			benchPairs(b, s, conns, func() (context.Context, context.CancelFunc) {
+				return context.WithCancel(context.WithValue(base, key(2), "request"))
+			})
 		})
 	}
+}
+
+// benchPairs runs b.N issue-and-redeem pairs on s from conns goroutines,
+// each pair under a context from newCtx, and reports pairs/s.
+func benchPairs(b *testing.B, s *redis.Store, conns int, newCtx func() (context.Context, context.CancelFunc)) {
+	tok := store.Token{Purpose: "default", Subject: "bench"}
+	pair := func() bool {
+		ctx, cancel := newCtx()
+		defer cancel()
+		id := storetest.ID()
+		if created, err := s.Put(ctx, id, tok, time.Minute); err != nil || !created {
+			b.Errorf("put %s = %v, %v", id, created, err)
+			return false
+		}
+		if res, _, err := s.Redeem(ctx, id, tok, "", 0); err != nil || res != store.Redeemed {
+			b.Errorf("redeem %s = %v, %v", id, res, err)
+			return false
+		}
+		return true
+	}
+	b.ResetTimer()
+	if conns == 1 {
+		for range b.N {
+			if !pair() {
+				return
+			}
+		}
+	} else {
+		b.SetParallelism(max(conns/runtime.GOMAXPROCS(0), 1))
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() && pair() {
+			}
+		})
+	}
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "pairs/s")
 }
