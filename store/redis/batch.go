@@ -357,7 +357,7 @@ func (b *batch) send(live []*waiter, d time.Time) {
 	} else {
 		_, _ = b.client.Pipelined(ctx, func(p goredis.Pipeliner) error {
 			for _, w := range live {
-				_ = p.Process(ctx, w.cmd)
+				_ = p.Process(ctx, sentOnce{w.cmd})
 			}
 			return nil
 		})
@@ -461,3 +461,17 @@ func (bw batchWriter) SetArgs(ctx context.Context, key string, value any, a gore
 	}
 	return cmd
 }
+
+// sentOnce is a pipelined command go-redis must not send again. When a
+// pipeline fails partway (a connection reset after some replies), go-redis
+// re-sends the whole pipeline on a new connection, by default: the
+// commands of other calls whose replies it had read would run a second
+// time and their replies be replaced by the second run's (a redeemed
+// token answering Absent, a fresh nonce answering replayed). go-redis
+// never re-sends a pipeline that holds a command whose NoRetry is true
+// (cmdsContainNoRetry in its redis.go and osscluster.go): the pipeline's
+// calls then fail closed with its error instead.
+type sentOnce struct{ goredis.Cmder }
+
+// NoRetry implements goredis.Cmder.
+func (sentOnce) NoRetry() bool { return true }

@@ -23,6 +23,7 @@ type heldPipe struct {
 	sends     [][]string  // command names and first args, per send
 	piped     []bool      // whether each send was a pipeline
 	deadlines []time.Time // each send's context's deadline (zero: none)
+	retryable int         // pipelined commands go-redis would send again after a failure
 	entry     chan struct{}
 }
 
@@ -39,6 +40,12 @@ func (h *heldPipe) run(ctx context.Context, cmds []goredis.Cmder, piped bool) {
 	h.deadlines = append(h.deadlines, d)
 	var names []string
 	for _, c := range cmds {
+		if piped && !c.NoRetry() {
+			h.retryable++
+		}
+		if once, ok := c.(sentOnce); ok {
+			c = once.Cmder
+		}
 		names = append(names, fmt.Sprint(c.Args()[1]))
 		switch {
 		case h.fail != nil:
@@ -138,6 +145,11 @@ func TestBatch(t *testing.T) {
 		}
 		if len(h.sends) != 2 || len(h.sends[1]) != 10 || !h.piped[1] {
 			t.Fatalf("sends %v piped %v, want the first alone then one pipeline of 10", h.sends, h.piped)
+		}
+		// A pipeline that failed partway must fail its calls, never be
+		// sent again (running again commands whose replies were read).
+		if h.retryable != 0 {
+			t.Errorf("%d pipelined commands go-redis may send again", h.retryable)
 		}
 	})
 
