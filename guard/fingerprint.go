@@ -16,6 +16,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	"github.com/replayguard/replayguard/internal/jsonw"
 	"github.com/replayguard/replayguard/problem"
 )
 
@@ -182,7 +183,7 @@ func notUnicode(body []byte) string {
 			}
 			continue
 		}
-		r, ok := hex4(body[i+1:])
+		r, ok := jsonw.Hex4(body[i+1:])
 		if !ok {
 			continue // not JSON: the parser refuses it
 		}
@@ -200,28 +201,6 @@ func notUnicode(body []byte) string {
 		return "escapes a lone surrogate"
 	}
 	return ""
-}
-
-// hex4 reads the four hex digits at the start of b.
-func hex4(b []byte) (rune, bool) {
-	if len(b) < 4 {
-		return 0, false
-	}
-	var r rune
-	for _, c := range b[:4] {
-		switch {
-		case '0' <= c && c <= '9':
-			c -= '0'
-		case 'a' <= c && c <= 'f':
-			c -= 'a' - 10
-		case 'A' <= c && c <= 'F':
-			c -= 'A' - 10
-		default:
-			return 0, false
-		}
-		r = r<<4 | rune(c)
-	}
-	return r, true
 }
 
 // clip shortens s, a value from the request, for an error message.

@@ -362,7 +362,7 @@ func jsonUnescape(s string, i int) (string, int, bool) {
 		case 't':
 			b.WriteByte('\t')
 		case 'u':
-			r, ok := hex4(s, j+2)
+			r, ok := jsonw.Hex4(s[j+2:])
 			if !ok || utf16.IsSurrogate(r) {
 				return "", 0, false
 			}
@@ -374,28 +374,6 @@ func jsonUnescape(s string, i int) (string, int, bool) {
 		j += 2
 	}
 	return "", 0, false
-}
-
-// hex4 reads the four hexadecimal digits at s[i:].
-func hex4(s string, i int) (rune, bool) {
-	if i+4 > len(s) {
-		return 0, false
-	}
-	var r rune
-	for _, c := range []byte(s[i : i+4]) {
-		switch {
-		case '0' <= c && c <= '9':
-			c -= '0'
-		case 'a' <= c && c <= 'f':
-			c -= 'a' - 10
-		case 'A' <= c && c <= 'F':
-			c -= 'A' - 10
-		default:
-			return 0, false
-		}
-		r = r<<4 | rune(c)
-	}
-	return r, true
 }
 
 // skipJSONSpace returns the index of the first byte at or after i that is

@@ -83,3 +83,28 @@ func Float(b []byte, f float64) []byte {
 	}
 	return b
 }
+
+// Hex4 reads the four hexadecimal digits, of either case, at the start
+// of s, as a JSON \u escape holds them; false when s is shorter or holds
+// another byte there.
+func Hex4[T string | []byte](s T) (rune, bool) {
+	if len(s) < 4 {
+		return 0, false
+	}
+	var r rune
+	for i := range 4 {
+		c := s[i]
+		switch {
+		case '0' <= c && c <= '9':
+			c -= '0'
+		case 'a' <= c && c <= 'f':
+			c -= 'a' - 10
+		case 'A' <= c && c <= 'F':
+			c -= 'A' - 10
+		default:
+			return 0, false
+		}
+		r = r<<4 | rune(c)
+	}
+	return r, true
+}
