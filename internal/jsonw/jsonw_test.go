@@ -67,10 +67,10 @@ func TestHex4(t *testing.T) {
 		{"0041", 'A', true}, {"00e9x", 'é', true}, {"D83D", 0xD83D, true}, {"dbFf", 0xDBFF, true},
 		{"004", 0, false}, {"", 0, false}, {"00g1", 0, false}, {"+041", 0, false}, {" 041", 0, false},
 	} {
-		if r, ok := Hex4(c.in); r != c.want || ok != c.ok {
+		if r, ok := jsonw.Hex4(c.in); r != c.want || ok != c.ok {
 			t.Errorf("Hex4(%q) = %q, %v; want %q, %v", c.in, r, ok, c.want, c.ok)
 		}
-		if r, ok := Hex4([]byte(c.in)); r != c.want || ok != c.ok {
+		if r, ok := jsonw.Hex4([]byte(c.in)); r != c.want || ok != c.ok {
 			t.Errorf("Hex4([]byte(%q)) = %q, %v; want %q, %v", c.in, r, ok, c.want, c.ok)
 		}
 	}
