@@ -2,6 +2,7 @@ package redis
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -352,20 +353,32 @@ func (b *batch) send(live []*waiter, d time.Time) {
 	if !d.IsZero() {
 		ctx, cancel = context.WithDeadline(ctx, d)
 	}
+	defer func() {
+		cancel()
+		// A panic in the client (go-redis's own, or a hook's) happens on
+		// this goroutine, where no handler would recover it and the whole
+		// process would end: it fails this send's calls instead, whose
+		// commands' outcomes are then unknown, and the batch goes on.
+		if v := recover(); v != nil {
+			err := fmt.Errorf("pipeline send panicked: %v", v)
+			for _, w := range live {
+				w.cmd.SetErr(err)
+			}
+		}
+		for _, w := range live {
+			close(w.done)
+		}
+	}()
 	if len(live) == 1 {
 		_ = b.client.Process(ctx, live[0].cmd)
-	} else {
-		_, _ = b.client.Pipelined(ctx, func(p goredis.Pipeliner) error {
-			for _, w := range live {
-				_ = p.Process(ctx, sentOnce{w.cmd})
-			}
-			return nil
-		})
+		return
 	}
-	cancel()
-	for _, w := range live {
-		close(w.done)
-	}
+	_, _ = b.client.Pipelined(ctx, func(p goredis.Pipeliner) error {
+		for _, w := range live {
+			_ = p.Process(ctx, sentOnce{w.cmd})
+		}
+		return nil
+	})
 }
 
 // batchWriter is the writer (and redis_rate's client) that sends its

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -24,6 +25,7 @@ type heldPipe struct {
 	piped     []bool      // whether each send was a pipeline
 	deadlines []time.Time // each send's context's deadline (zero: none)
 	retryable int         // pipelined commands go-redis would send again after a failure
+	panicPipe bool        // pipelined sends panic
 	entry     chan struct{}
 }
 
@@ -36,6 +38,9 @@ func (h *heldPipe) run(ctx context.Context, cmds []goredis.Cmder, piped bool) {
 	<-h.release
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	if piped && h.panicPipe {
+		panic("a client bug")
+	}
 	d, _ := ctx.Deadline()
 	h.deadlines = append(h.deadlines, d)
 	var names []string
@@ -108,6 +113,31 @@ func call(ctx context.Context, b *batch, name string) (string, error) {
 }
 
 func TestBatch(t *testing.T) {
+	t.Run("a panic in a pipelined send fails its calls, and the batch goes on", func(t *testing.T) {
+		h := newHeldPipe()
+		h.panicPipe = true
+		b := newBatch(h, 1, false)
+		first := make(chan error, 1)
+		go func() { _, err := call(context.Background(), b, "first"); first <- err }()
+		<-h.entry // the first send (alone, not piped) is in flight, held
+		results := make(chan error, 2)
+		for _, name := range []string{"a", "b"} {
+			go func() { _, err := call(context.Background(), b, name); results <- err }()
+		}
+		waitQueued(t, b, 2)
+		close(h.release)
+		if err := <-first; err != nil {
+			t.Fatalf("first: %v", err)
+		}
+		for range 2 {
+			if err := <-results; err == nil || !strings.Contains(err.Error(), "panicked") {
+				t.Errorf("a call of the panicking pipeline got %v, want its error", err)
+			}
+		}
+		if got, err := call(context.Background(), b, "after"); err != nil || got != "after" {
+			t.Fatalf("a call after the panic: %q, %v", got, err)
+		}
+	})
 	t.Run("a lone command is sent at once, on its own", func(t *testing.T) {
 		h := newHeldPipe()
 		close(h.release)
