@@ -428,7 +428,7 @@ func openStore(ctx context.Context, cfg *config, log *slog.Logger, onPanic func(
 	default:
 		log.Warn("store: embedded memory: single instance only; tokens are lost on restart and not shared with other instances; set REPLAYGUARD_REDIS_URL or REPLAYGUARD_POSTGRES_URL to scale out",
 			"max_entries", cfg.MemoryMax, "max_bytes", cfg.MemoryMaxBytes)
-		return memory.New(cfg.memoryOptions()...), nil
+		return memory.New(append(cfg.memoryOptions(), memory.WithPanicHandler(onPanic))...), nil
 	}
 	st := redisstore.New(client, redisstore.WithPrefix(cfg.KeyPrefix), redisstore.WithTimeout(cfg.StoreTimeout),
 		redisstore.WithMinReplicas(cfg.RedisMinReplicas))

@@ -43,6 +43,7 @@ type Store struct {
 	maxKeys  int64
 	interval time.Duration
 	now      func() time.Time
+	onPanic  func(v any) // sees a panic in the janitor (WithPanicHandler)
 	seed     maphash.Seed
 
 	shards [shardCount]shard
@@ -211,6 +212,16 @@ func WithJanitorInterval(d time.Duration) Option {
 			s.interval = d
 		}
 	}
+}
+
+// WithPanicHandler sets f to see a panic in the janitor's goroutine
+// before it goes on: f can log it and flush the logs, since the panic
+// still ends the process, as any unrecovered panic in a goroutine does
+// (the janitor may hold a shard's lock: going on would stall the store),
+// and then no deferred call of any other goroutine runs. Defaults to
+// none.
+func WithPanicHandler(f func(v any)) Option {
+	return func(s *Store) { s.onPanic = f }
 }
 
 // WithClock replaces time.Now, for tests. Defaults to time.Now.
@@ -748,6 +759,14 @@ func (s *Store) Close() error {
 
 func (s *Store) janitor() {
 	defer close(s.done)
+	if f := s.onPanic; f != nil {
+		defer func() {
+			if v := recover(); v != nil {
+				f(v)
+				panic(v)
+			}
+		}()
+	}
 	t := time.NewTicker(s.interval)
 	defer t.Stop()
 	for {

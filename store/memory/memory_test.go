@@ -4,7 +4,11 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
+	"os"
+	"os/exec"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -513,5 +517,39 @@ func BenchmarkPut(b *testing.B) {
 		if _, err := s.Put(ctx, strconv.Itoa(i), tok, exp); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// TestJanitorPanicReachesTheHandler: a panic in the janitor's goroutine
+// is shown to WithPanicHandler's function, then ends the process as any
+// unrecovered panic in a goroutine does. The process is this test binary
+// run again, whose janitor's clock panics.
+func TestJanitorPanicReachesTheHandler(t *testing.T) {
+	if os.Getenv("MEMORY_JANITOR_PANIC") == "1" {
+		var armed atomic.Bool
+		clock := func() time.Time {
+			if armed.Load() {
+				panic("test: the janitor's clock panics")
+			}
+			return time.Now()
+		}
+		s := memory.New(memory.WithClock(clock), memory.WithJanitorInterval(time.Millisecond),
+			memory.WithPanicHandler(func(v any) { fmt.Fprintf(os.Stderr, "handler saw: %v\n", v) }))
+		armed.Store(true)
+		defer s.Close()
+		select {} // until the janitor's panic ends the process
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestJanitorPanicReachesTheHandler$")
+	cmd.Env = append(os.Environ(), "MEMORY_JANITOR_PANIC=1")
+	out, err := cmd.CombinedOutput()
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() == 0 {
+		t.Fatalf("the process did not end with a failure: %v\n%s", err, out)
+	}
+	if !strings.Contains(string(out), "handler saw: test: the janitor's clock panics") {
+		t.Fatalf("the handler did not see the panic:\n%s", out)
+	}
+	if !strings.Contains(string(out), "panic: test: the janitor's clock panics") {
+		t.Fatalf("the panic did not go on:\n%s", out)
 	}
 }
