@@ -390,6 +390,7 @@ func TestReport(t *testing.T) {
 		"| p99 (issue + redeem) ≤ 1.0× the baseline's | 10.08 vs 9.00 ms | 1.12× | - | **MISS** |",
 		"| 200 | 5% |", // server CPU µs per pair: 1.8 s / 9000; other: 1 s of 2 CPUs × 10 s
 		"| forged rejections/s ≥ 0.80 of the baseline's bare 204 | 500 vs 1000 req/s | 0.50× | n/a | **MISS** |",
+		"| forged answer from a bare Gin handler (bound401) against the baseline's 204 (no target: the ceiling of the forged ratio) | not run | - | - | listed |",
 		"| memory store in-process ≥ 2M redeems/s (BenchmarkRedeemParallel) | 3,000,000 redeems/s (lowest of 1 runs) | - | - | **pass** |",
 		"| verify/hmac: verified signed requests/s ≥ 0.80 of the baseline's GETDEL redeems/s | 700 vs 1000 req/s | 0.70× | n/a | **MISS** |",
 		// 2.5 s of CPU over 25000 pairs: 100 µs, half the baseline's.
@@ -420,6 +421,85 @@ func TestReport(t *testing.T) {
 	// pairs, p99 against the baseline's, forged and verify/hmac.
 	if n := strings.Count(got, "**MISS**"); n != 4 {
 		t.Errorf("report has %d misses, want 4:\n%s", n, got)
+	}
+}
+
+// TestReportBound checks the rows of bound401, the forged answer from a
+// bare Gin handler: listed against the baseline's 204, and Replayguard's
+// forged rate as a share of it; neither counts as a miss.
+func TestReportBound(t *testing.T) {
+	const (
+		// 6400 rejections in 10 s on 1.92 s of CPU: 300 µs each.
+		forged = `{"kind":"load","label":"replayguard","mode":"forged","duration_s":10,"ok":6400,"ok_per_s":640,"cpu_s":{"server":0.92,"redis":0,"load":1}}`
+		// 10000 204s in 10 s on 1.5 s: 150 µs each.
+		noop = `{"kind":"load","label":"baseline","mode":"noop","duration_s":10,"ok":10000,"ok_per_s":1000,"cpu_s":{"server":0.5,"redis":0,"load":1}}`
+		// 8000 401s in 10 s on 1.6 s, no store: 200 µs each.
+		bound = `{"kind":"load","label":"bound401","mode":"forged","duration_s":10,"ok":8000,"ok_per_s":800,"cpu_s":{"server":0.6,"load":1}}`
+
+		boundRow = "| forged answer from a bare Gin handler (bound401) against the baseline's 204 (no target: the ceiling of the forged ratio) | "
+		shareRow = "| Replayguard's forged rejections/s as a share of bound401's (ratios against bound401, not the baseline) | "
+	)
+	tests := []struct {
+		name   string
+		lines  []string
+		want   []string
+		absent []string
+	}{
+		{
+			"bound401 ran with Replayguard's forged and the baseline's noop",
+			[]string{forged, noop, bound},
+			[]string{
+				boundRow + "800 vs 1000 req/s | 0.80× | 0.75× | listed |",
+				shareRow + "640 vs 800 req/s | 0.80× | 0.67× | listed |",
+				"| forged rejections/s ≥ 0.80 of the baseline's bare 204 | 640 vs 1000 req/s | 0.64× | 0.50× | **MISS** |",
+				"| bound401 | forged | baseline noop | 80% | 75% |", // the ratio table has it too
+			},
+			nil,
+		},
+		{
+			"bound401 not run (BOUND=0)",
+			[]string{forged, noop},
+			[]string{boundRow + "not run | - | - | listed |"},
+			[]string{shareRow},
+		},
+		{
+			"no baseline noop run",
+			[]string{forged, bound},
+			[]string{
+				boundRow + "800 req/s; missing baseline noop run | - | - | listed |",
+				shareRow + "640 vs 800 req/s | 0.80× | 0.67× | listed |",
+			},
+			nil,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			runs := filepath.Join(t.TempDir(), "runs.jsonl")
+			if err := os.WriteFile(runs, []byte(strings.Join(tt.lines, "\n")+"\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			var out strings.Builder
+			if err := report([]string{"-runs", runs}, &out); err != nil {
+				t.Fatal(err)
+			}
+			got := out.String()
+			for _, want := range tt.want {
+				if !strings.Contains(got, want) {
+					t.Errorf("report lacks %q:\n%s", want, got)
+				}
+			}
+			for _, absent := range tt.absent {
+				if strings.Contains(got, absent) {
+					t.Errorf("report has %q:\n%s", absent, got)
+				}
+			}
+			// Only the targets' misses: the rows of bound401 are listed.
+			for _, line := range strings.Split(got, "\n") {
+				if strings.Contains(line, "bound401") && strings.Contains(line, "**MISS**") {
+					t.Errorf("a bound401 row counts as a miss: %s", line)
+				}
+			}
+		})
 	}
 }
 

@@ -18,13 +18,16 @@ import (
 
 // Labels run.sh gives the targets; the report compares them. The
 // PostgreSQL, Cluster and memory instances are the same server on the
-// PostgreSQL store, a Redis Cluster and the embedded memory store.
+// PostgreSQL store, a Redis Cluster and the embedded memory store;
+// bound401 (test/load/bound401) gives Replayguard's forged-token answer
+// from a bare Gin handler, the ceiling of Replayguard's forged figure.
 const (
 	labelReplayguard = "replayguard"
 	labelBaseline    = "baseline"
 	labelPostgres    = "replayguard-postgres"
 	labelCluster     = "replayguard-cluster"
 	labelMemory      = "replayguard-memory"
+	labelBound       = "bound401"
 	// modeOneConn is run.sh's name of pairs at one worker (-name).
 	modeOneConn = "pairs-1conn"
 )
@@ -501,6 +504,21 @@ func writeTargets(b *bytes.Buffer, runs []summary, benches []goBench) int {
 		target("forged rejections/s ≥ 0.80 of the baseline's bare 204", fmt.Sprintf("%.0f vs %.0f req/s%s", forged.okPerS, noop.okPerS, contended(forged, noop)), rateRatio(forged, noop), cpuRatio(forged, noop), ratio >= targetForgedRatio && forged.bad == 0)
 	} else {
 		missing("forged rejections/s against the baseline's bare 204", "missing run")
+	}
+	// What the forged target is bounded by: the same answer with nothing
+	// else done, against the same 204, and Replayguard's share of it.
+	boundName := "forged answer from a bare Gin handler (bound401) against the baseline's 204 (no target: the ceiling of the forged ratio)"
+	bound := find(ms, labelBound, "forged")
+	switch {
+	case bound == nil:
+		row(boundName, "not run", "", "", listed)
+	case noop == nil || noop.okPerS <= 0:
+		row(boundName, fmt.Sprintf("%.0f req/s; missing baseline noop run", bound.okPerS), "", "", listed)
+	default:
+		row(boundName, fmt.Sprintf("%.0f vs %.0f req/s%s", bound.okPerS, noop.okPerS, contended(bound, noop)), rateRatio(bound, noop), cpuRatio(bound, noop), listed)
+	}
+	if bound != nil && forged != nil && bound.okPerS > 0 {
+		row("Replayguard's forged rejections/s as a share of bound401's (ratios against bound401, not the baseline)", fmt.Sprintf("%.0f vs %.0f req/s%s", forged.okPerS, bound.okPerS, contended(forged, bound)), rateRatio(forged, bound), cpuRatio(forged, bound), listed)
 	}
 	redeem := find(ms, labelBaseline, "redeem")
 	verifies := map[string]float64{"verify/hmac": targetVerifyRatio, "verify/ed25519": targetVerifyEd25519}

@@ -3,7 +3,8 @@
 # run, on this machine. Run from anywhere as: bash test/load/run.sh
 #
 # It starts its own redis-server on a free loopback port (no persistence),
-# builds cmd/server, test/load/baseline and test/load, then:
+# builds cmd/server, test/load/baseline, test/load/bound401 and
+# test/load, then:
 #   1. the Go benchmarks of token/, store/memory/, store/redis/ and
 #      replay/ (BenchmarkVerify, on memory and the run's Redis);
 #   2. redis-benchmark for the Redis operations behind issue and redeem;
@@ -23,10 +24,17 @@
 #      CLUSTER=1 (default where redis-cli can create a cluster) one on a
 #      private three-master Redis Cluster (label replayguard-cluster);
 #      with ONECONN=1 (default) Replayguard (Redis) and the baseline also
-#      run pairs at one worker (mode pairs-1conn);
+#      run pairs at one worker (mode pairs-1conn); with BOUND=1 (default)
+#      test/load/bound401, a bare Gin handler that gives Replayguard's
+#      forged-token answer (401 token_invalid, the same headers and body)
+#      without doing anything else, runs forged in the same rounds (label
+#      bound401): the most any server that gives that answer can reach
+#      with this load program on this machine;
 #   4. the report: tables and target pass/miss (load report) against
 #      issue 13's targets, each with its throughput and per-CPU-second
-#      ratio: pairs, p99, forged, verify against the baseline; the
+#      ratio: pairs, p99, forged, verify against the baseline; bound401's
+#      forged against the baseline's noop, and Replayguard's forged as a
+#      share of bound401's (listed, no target); the
 #      embedded server's pairs against the baseline's; p50 and p99 at one
 #      connection; the pairs/s, p50, p99 and ratios of every store's
 #      instance (Redis, Cluster, PostgreSQL, memory; issues 11 §5, 13).
@@ -80,6 +88,13 @@
 #                  Default: on where redis-cli can create a cluster (Redis
 #                  5 or later); CLUSTER=0 skips it, CLUSTER=1 fails
 #                  without it. Its three nodes' CPU counts as the store's
+#   BOUND=0        skip bound401 (test/load/bound401, label bound401, mode
+#                  forged): the forged-token answer from a bare Gin
+#                  handler, the ceiling of Replayguard's forged figure.
+#                  Its forged tokens name the run's signing kid (-kid),
+#                  since it issues none to read one from; it has no store.
+#                  With REV, it is built from that commit's package
+#                  problem, and skipped where that does not build
 #   ONECONN=0      skip pairs at one worker (mode pairs-1conn, load -name
 #                  pairs-1conn -workers 1) of Replayguard on Redis and the
 #                  baseline, whose p50 issue 13 wants not to rise
@@ -122,6 +137,7 @@ POSTGRES=${POSTGRES:-1}
 POSTGRES_SETTINGS=${POSTGRES_SETTINGS:-}
 POSTGRES_URL_OPTIONS=${POSTGRES_URL_OPTIONS:-}
 MEMORY=${MEMORY:-1}
+BOUND=${BOUND:-1}
 CLUSTER=${CLUSTER:-}
 ONECONN=${ONECONN:-1}
 MODES=${MODES:-}
@@ -179,6 +195,18 @@ echo "priority: niceness $NICE; autogroup: $(cat /proc/self/autogroup 2>/dev/nul
 section build
 go build -o "$WORK/server" ./cmd/server
 go build -o "$WORK/baseline" ./test/load/baseline
+if [[ "$BOUND" == 1 ]]; then
+	# It writes its answer with the measured source's package problem: an
+	# older REV may lack what it calls.
+	if [[ -n "$REV" ]]; then
+		go build -o "$WORK/bound401" ./test/load/bound401 || {
+			echo "run.sh: test/load/bound401 does not build against $REV: no bound401" >&2
+			BOUND=0
+		}
+	else
+		go build -o "$WORK/bound401" ./test/load/bound401
+	fi
+fi
 go build -o "$WORK/load" ./test/load
 # The client keys verify mode signs with: fixed test keys (load clientkeys).
 (umask 077 && "$WORK/load" clientkeys >"$WORK/client-keys.json")
@@ -341,7 +369,7 @@ fi
 # The store processes each target's runs watch (load -watch): the
 # PostgreSQL instance's is the postmaster with its backends (+), the
 # Cluster instance's its three nodes under one name, the memory
-# instance's none, the others' the run's Redis.
+# instance's and bound401's none, the others' the run's Redis.
 declare -A STORE_WATCH=()
 if [[ "$POSTGRES" == 1 ]]; then
 	# The same server on the PostgreSQL store: its own machine ID; it
@@ -375,6 +403,19 @@ if [[ "$CLUSTER" == 1 ]]; then
 	STORE_WATCH[replayguard-cluster]=${STORE_WATCH[replayguard-cluster]%,}
 	PLAN+=("replayguard-cluster pairs $RC_PORT $RC_PID")
 	PROFILED+=("$((${#PLAN[@]} - 1))")
+fi
+if [[ "$BOUND" == 1 ]]; then
+	# Replayguard's forged answer with nothing else done: no store, no
+	# token read. Not profiled.
+	free_port || die "no free port"
+	BD_PORT=$FREE_PORT
+	nice -n "$NICE" "$WORK/bound401" -addr "127.0.0.1:$BD_PORT" >"$WORK/bound401.log" 2>&1 &
+	BD_PID=$!
+	PIDS+=("$BD_PID")
+	wait_http "http://127.0.0.1:$BD_PORT/v1/tokens/redeem" POST 401 "$BD_PID" || die "bound401 did not start: $(tail -5 "$WORK/bound401.log")"
+	echo "bound401    on 127.0.0.1:$BD_PORT (pid $BD_PID): Replayguard's forged-token answer from a bare Gin handler, no store"
+	STORE_WATCH[bound401]=""
+	PLAN+=("bound401 forged $BD_PORT $BD_PID -kid ${SIGNING_KEYS%%:*}")
 fi
 if [[ "$ONECONN" == 1 ]]; then
 	# Pairs at one worker: latency with nothing to share a round trip

@@ -1,0 +1,130 @@
+// Command bound401 is the ceiling the load program (test/load) measures
+// Replayguard's refusal of forged tokens against: the least a Gin service
+// can do to give the answer Replayguard gives.
+//
+//	POST /v1/tokens/redeem  401 application/problem+json token_invalid,
+//	                        whatever the request carries
+//
+// The answer is Replayguard's own, byte for byte but for the Date and the
+// request ID: the status, the headers and the body that package problem
+// writes for token.ErrInvalid (Cache-Control: no-store, Content-Type:
+// application/problem+json, X-Request-Id, and net/http's Date and
+// Content-Length), built once at start-up by problem.For and
+// Problem.Write, as package handlers answers a forged token. Every answer
+// carries the same fixed request ID, fixedRequestID, of the length of the
+// ones Replayguard makes (32 hex digits), so that the body is as long as
+// Replayguard's; Replayguard makes a new one per request.
+//
+// It uses gin.New() with no middleware (no logging, no recovery, no
+// request IDs, no metrics), reads no token and has no store, so that its
+// rate in forged mode, against the baseline's 204 (test/load/baseline,
+// mode noop), bounds what any server that gives this answer can reach
+// with this load program on this machine: the cost of carrying a 401 with
+// a body rather than a bare 204, to the server and to the load program
+// alike. It is a benchmark fixture, not a service: do not deploy it.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/signal"
+	"slices"
+	"syscall"
+	"time"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/replayguard/replayguard/problem"
+	"github.com/replayguard/replayguard/token"
+)
+
+// fixedRequestID is the X-Request-Id of every answer (and the request_id
+// of its body): 32 hex digits, as long as the IDs Replayguard makes.
+const fixedRequestID = "00000000000000000000000000000401"
+
+// redeemPath is the route the load program's forged mode posts to.
+const redeemPath = "/v1/tokens/redeem"
+
+func main() {
+	addr := flag.String("addr", "127.0.0.1:8091", "listen address")
+	flag.Parse()
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, *addr, nil); err != nil {
+		fmt.Fprintln(os.Stderr, "bound401:", err)
+		os.Exit(1)
+	}
+}
+
+// run serves until ctx ends. onListen, when set, receives the bound
+// address.
+func run(ctx context.Context, addr string, onListen func(string)) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{Handler: newRouter(forgedAnswer()), ReadHeaderTimeout: 5 * time.Second}
+	if onListen != nil {
+		onListen(ln.Addr().String())
+	}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	select {
+	case err := <-served:
+		return err
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	return srv.Shutdown(sctx)
+}
+
+// field is one header field of the answer, in canonical form.
+type field struct {
+	name  string
+	value []string
+}
+
+// answer is a whole HTTP answer, written as it is to every request.
+type answer struct {
+	status int
+	header []field
+	body   []byte
+}
+
+// forgedAnswer returns what Replayguard answers a forged token with,
+// written once by package problem as package handlers writes it: the
+// request ID set on the response first (by handlers' request-ID step),
+// then problem.For(token.ErrInvalid).Write, which takes the ID into the
+// body.
+func forgedAnswer() answer {
+	rec := httptest.NewRecorder()
+	rec.Header().Set(problem.RequestIDHeader, fixedRequestID)
+	problem.For(token.ErrInvalid).Write(rec)
+	a := answer{status: rec.Code, body: slices.Clone(rec.Body.Bytes())}
+	for name, value := range rec.Header() {
+		a.header = append(a.header, field{name, slices.Clone(value)})
+	}
+	return a
+}
+
+// newRouter returns the one route on gin.New() without middleware. The
+// header values are shared by every answer: net/http only reads them.
+func newRouter(a answer) *gin.Engine {
+	gin.SetMode(gin.ReleaseMode)
+	r := gin.New()
+	r.POST(redeemPath, func(c *gin.Context) {
+		h := c.Writer.Header()
+		for _, f := range a.header {
+			h[f.name] = f.value
+		}
+		c.Writer.WriteHeader(a.status)
+		_, _ = c.Writer.Write(a.body)
+	})
+	return r
+}
