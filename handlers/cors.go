@@ -21,8 +21,13 @@ const (
 
 // cors adds the CORS response headers to actual requests from allowed
 // origins. Requests from other origins are served without them, so the
-// browser withholds the response from the page.
+// browser withholds the response from the page. With no allowed origins
+// the answer never depends on Origin, so it says nothing of it; with
+// some, every answer has Vary: Origin, for caches.
 func (a *API) cors(c *gin.Context) {
+	if len(a.origins) == 0 {
+		return
+	}
 	c.Writer.Header().Add("Vary", "Origin")
 	if o := c.GetHeader("Origin"); o != "" && a.origins[o] {
 		h := c.Writer.Header()

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -533,6 +534,27 @@ func TestCORS(t *testing.T) {
 		r := s.do(t, http.MethodPost, "/v1/tokens", "", "Origin", otherOrigin)
 		if got := r.Header.Get("Access-Control-Allow-Origin"); got != "" {
 			t.Errorf("Access-Control-Allow-Origin = %q for another origin", got)
+		}
+	})
+	// With allowed origins the answer depends on Origin: caches must key
+	// on it, whatever Origin (or none) this request had.
+	for _, origin := range []string{allowedOrigin, otherOrigin, ""} {
+		t.Run("POST with Origin "+strconv.Quote(origin)+" says Vary: Origin", func(t *testing.T) {
+			var h []string
+			if origin != "" {
+				h = []string{"Origin", origin}
+			}
+			r := s.do(t, http.MethodPost, "/v1/tokens", "", h...)
+			if got := r.Header.Values("Vary"); !slices.Contains(got, "Origin") {
+				t.Errorf("Vary = %q, want Origin among them", got)
+			}
+		})
+	}
+	t.Run("without allowed origins the answer does not vary by Origin", func(t *testing.T) {
+		plain := startServer(t, memory.New(), serverConfig{})
+		r := plain.do(t, http.MethodPost, "/v1/tokens", "", "Origin", allowedOrigin)
+		if r.Status != http.StatusCreated || r.Header.Get("Access-Control-Allow-Origin") != "" || len(r.Header.Values("Vary")) != 0 {
+			t.Errorf("status %d, Access-Control-Allow-Origin %q, Vary %q; want 201 and neither", r.Status, r.Header.Get("Access-Control-Allow-Origin"), r.Header.Values("Vary"))
 		}
 	})
 }
