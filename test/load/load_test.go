@@ -503,6 +503,93 @@ func TestReportBound(t *testing.T) {
 	}
 }
 
+// TestReportBoundPairs checks the rows of boundpairs, Replayguard's issue
+// and redeem answers from a bare Gin handler on an in-process map: listed
+// against the baseline's pairs on Redis next to the embedded server's
+// target, and the embedded server's pairs as a share of it; neither
+// counts as a miss.
+func TestReportBoundPairs(t *testing.T) {
+	const (
+		// 10000 pairs in 10 s on 2 s of CPU: 200 µs each.
+		base = `{"kind":"load","label":"baseline","mode":"pairs","duration_s":10,"ok":10000,"ok_per_s":1000,"cpu_s":{"server":0.5,"redis":0.5,"load":1}}`
+		// 15000 pairs in 10 s on 2.55 s, no store process: 170 µs each.
+		memory = `{"kind":"load","label":"replayguard-memory","mode":"pairs","duration_s":10,"ok":15000,"ok_per_s":1500,"cpu_s":{"server":1.2,"load":1.35}}`
+		// 20000 pairs in 10 s on 2 s, no store process: 100 µs each.
+		bound = `{"kind":"load","label":"boundpairs","mode":"pairs","duration_s":10,"ok":20000,"ok_per_s":2000,"cpu_s":{"server":0.6,"load":1.4}}`
+
+		boundRow = "| pairs from a bare Gin handler on an in-process map (boundpairs) against the baseline's on Redis (no target: the ceiling of the embedded ratio) | "
+		shareRow = "| the embedded server's pairs/s as a share of boundpairs' (ratios against boundpairs, not the baseline) | "
+	)
+	tests := []struct {
+		name   string
+		lines  []string
+		want   []string
+		absent []string
+	}{
+		{
+			"boundpairs ran with the embedded server and the baseline",
+			[]string{base, memory, bound},
+			[]string{
+				"| embedded server (memory store) pairs/s ≥ 2× the baseline's on Redis | 1500 vs 1000 pairs/s | 1.50× | 1.18× | **MISS** |\n" +
+					boundRow + "2000 vs 1000 pairs/s | 2.00× | 2.00× | listed |\n" +
+					shareRow + "1500 vs 2000 pairs/s | 0.75× | 0.59× | listed |\n",
+				"| boundpairs | pairs | baseline pairs | 200% | 200% |", // the ratio table has it too
+			},
+			[]string{"Sonyflake (boundpairs)"},
+		},
+		{
+			"boundpairs not run (BOUND=0)",
+			[]string{base, memory},
+			[]string{boundRow + "not run | - | - | listed |"},
+			[]string{shareRow},
+		},
+		{
+			"no baseline pairs run",
+			[]string{memory, bound},
+			[]string{
+				boundRow + "2000 pairs/s; missing baseline pairs run | - | - | listed |",
+				shareRow + "1500 vs 2000 pairs/s | 0.75× | 0.59× | listed |",
+			},
+			nil,
+		},
+		{
+			"no embedded server run (MEMORY=0)",
+			[]string{base, bound},
+			[]string{boundRow + "2000 vs 1000 pairs/s | 2.00× | 2.00× | listed |"},
+			[]string{shareRow},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			runs := filepath.Join(t.TempDir(), "runs.jsonl")
+			if err := os.WriteFile(runs, []byte(strings.Join(tt.lines, "\n")+"\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			var out strings.Builder
+			if err := report([]string{"-runs", runs}, &out); err != nil {
+				t.Fatal(err)
+			}
+			got := out.String()
+			for _, want := range tt.want {
+				if !strings.Contains(got, want) {
+					t.Errorf("report lacks %q:\n%s", want, got)
+				}
+			}
+			for _, absent := range tt.absent {
+				if strings.Contains(got, absent) {
+					t.Errorf("report has %q:\n%s", absent, got)
+				}
+			}
+			// Only the targets' misses: the rows of boundpairs are listed.
+			for _, line := range strings.Split(got, "\n") {
+				if strings.Contains(line, "boundpairs") && strings.Contains(line, "**MISS**") {
+					t.Errorf("a boundpairs row counts as a miss: %s", line)
+				}
+			}
+		})
+	}
+}
+
 func TestPerfSplitClassifies(t *testing.T) {
 	const (
 		next    = "\t 1 github.com/gin-gonic/gin.(*Context).Next+0x5f (/srv)\n"

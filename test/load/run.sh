@@ -3,8 +3,8 @@
 # run, on this machine. Run from anywhere as: bash test/load/run.sh
 #
 # It starts its own redis-server on a free loopback port (no persistence),
-# builds cmd/server, test/load/baseline, test/load/bound401 and
-# test/load, then:
+# builds cmd/server, test/load/baseline, test/load/bound401,
+# test/load/boundpairs and test/load, then:
 #   1. the Go benchmarks of token/, store/memory/, store/redis/ and
 #      replay/ (BenchmarkVerify, on memory and the run's Redis);
 #   2. redis-benchmark for the Redis operations behind issue and redeem;
@@ -25,17 +25,22 @@
 #      private three-master Redis Cluster (label replayguard-cluster);
 #      with ONECONN=1 (default) Replayguard (Redis) and the baseline also
 #      run pairs at one worker (mode pairs-1conn); with BOUND=1 (default)
-#      test/load/bound401, a bare Gin handler that gives Replayguard's
-#      forged-token answer (401 token_invalid, the same headers and body)
-#      without doing anything else, runs forged in the same rounds (label
-#      bound401): the most any server that gives that answer can reach
-#      with this load program on this machine;
+#      two bare Gin handlers run in the same rounds: test/load/bound401,
+#      which gives Replayguard's forged-token answer (401 token_invalid,
+#      the same headers and body) without doing anything else, runs
+#      forged (label bound401), and test/load/boundpairs, which gives
+#      Replayguard's issue and redeem answers (the same statuses, headers,
+#      JSON members and sizes) from unsigned tokens in an in-process map,
+#      runs pairs (label boundpairs): the most any server that gives those
+#      answers can reach with this load program on this machine;
 #   4. the report: tables and target pass/miss (load report) against
 #      issue 13's targets, each with its throughput and per-CPU-second
 #      ratio: pairs, p99, forged, verify against the baseline; bound401's
 #      forged against the baseline's noop, and Replayguard's forged as a
 #      share of bound401's (listed, no target); the
-#      embedded server's pairs against the baseline's; p50 and p99 at one
+#      embedded server's pairs against the baseline's, and next to it
+#      boundpairs' pairs against the baseline's and the embedded server's
+#      as a share of boundpairs' (listed, no target); p50 and p99 at one
 #      connection; the pairs/s, p50, p99 and ratios of every store's
 #      instance (Redis, Cluster, PostgreSQL, memory; issues 11 §5, 13).
 # Every process it starts is stopped by pid at exit, pass or fail. Traffic
@@ -88,13 +93,18 @@
 #                  Default: on where redis-cli can create a cluster (Redis
 #                  5 or later); CLUSTER=0 skips it, CLUSTER=1 fails
 #                  without it. Its three nodes' CPU counts as the store's
-#   BOUND=0        skip bound401 (test/load/bound401, label bound401, mode
-#                  forged): the forged-token answer from a bare Gin
-#                  handler, the ceiling of Replayguard's forged figure.
-#                  Its forged tokens name the run's signing kid (-kid),
-#                  since it issues none to read one from; it has no store.
-#                  With REV, it is built from that commit's package
-#                  problem, and skipped where that does not build
+#   BOUND=0        skip both bound fixtures, bare Gin handlers that give
+#                  Replayguard's answers with nothing else done, each the
+#                  ceiling of one of Replayguard's figures: bound401
+#                  (test/load/bound401, label bound401, mode forged), the
+#                  forged-token answer, whose forged tokens name the run's
+#                  signing kid (-kid), since it issues none to read one
+#                  from, and which has no store; and boundpairs
+#                  (test/load/boundpairs, label boundpairs, mode pairs),
+#                  the issue and redeem answers, with unsigned tokens in
+#                  an in-process map (no store process watched). With REV,
+#                  each is built from that commit's packages problem,
+#                  token and store, and skipped where that does not build
 #   ONECONN=0      skip pairs at one worker (mode pairs-1conn, load -name
 #                  pairs-1conn -workers 1) of Replayguard on Redis and the
 #                  baseline, whose p50 issue 13 wants not to rise
@@ -195,17 +205,23 @@ echo "priority: niceness $NICE; autogroup: $(cat /proc/self/autogroup 2>/dev/nul
 section build
 go build -o "$WORK/server" ./cmd/server
 go build -o "$WORK/baseline" ./test/load/baseline
+# BOUNDS lists the bound fixtures built; bound NAME: NAME is one.
+BOUNDS=()
+bound() { [[ " ${BOUNDS[*]-} " == *" $1 "* ]]; }
 if [[ "$BOUND" == 1 ]]; then
-	# It writes its answer with the measured source's package problem: an
-	# older REV may lack what it calls.
-	if [[ -n "$REV" ]]; then
-		go build -o "$WORK/bound401" ./test/load/bound401 || {
-			echo "run.sh: test/load/bound401 does not build against $REV: no bound401" >&2
-			BOUND=0
-		}
-	else
-		go build -o "$WORK/bound401" ./test/load/bound401
-	fi
+	# They write their answers with the measured source's packages
+	# problem, token and store: an older REV may lack what they call.
+	for name in bound401 boundpairs; do
+		if [[ -n "$REV" ]]; then
+			go build -o "$WORK/$name" "./test/load/$name" || {
+				echo "run.sh: test/load/$name does not build against $REV: no $name" >&2
+				continue
+			}
+		else
+			go build -o "$WORK/$name" "./test/load/$name"
+		fi
+		BOUNDS+=("$name")
+	done
 fi
 go build -o "$WORK/load" ./test/load
 # The client keys verify mode signs with: fixed test keys (load clientkeys).
@@ -369,7 +385,7 @@ fi
 # The store processes each target's runs watch (load -watch): the
 # PostgreSQL instance's is the postmaster with its backends (+), the
 # Cluster instance's its three nodes under one name, the memory
-# instance's and bound401's none, the others' the run's Redis.
+# instance's and the bound fixtures' none, the others' the run's Redis.
 declare -A STORE_WATCH=()
 if [[ "$POSTGRES" == 1 ]]; then
 	# The same server on the PostgreSQL store: its own machine ID; it
@@ -404,7 +420,7 @@ if [[ "$CLUSTER" == 1 ]]; then
 	PLAN+=("replayguard-cluster pairs $RC_PORT $RC_PID")
 	PROFILED+=("$((${#PLAN[@]} - 1))")
 fi
-if [[ "$BOUND" == 1 ]]; then
+if bound bound401; then
 	# Replayguard's forged answer with nothing else done: no store, no
 	# token read. Not profiled.
 	free_port || die "no free port"
@@ -416,6 +432,20 @@ if [[ "$BOUND" == 1 ]]; then
 	echo "bound401    on 127.0.0.1:$BD_PORT (pid $BD_PID): Replayguard's forged-token answer from a bare Gin handler, no store"
 	STORE_WATCH[bound401]=""
 	PLAN+=("bound401 forged $BD_PORT $BD_PID -kid ${SIGNING_KEYS%%:*}")
+fi
+if bound boundpairs; then
+	# Replayguard's issue and redeem answers with the least done between:
+	# unsigned tokens in an in-process map, no store process. Its ready
+	# check, a redeem without a token (400), issues none. Not profiled.
+	free_port || die "no free port"
+	BP_PORT=$FREE_PORT
+	nice -n "$NICE" "$WORK/boundpairs" -addr "127.0.0.1:$BP_PORT" >"$WORK/boundpairs.log" 2>&1 &
+	BP_PID=$!
+	PIDS+=("$BP_PID")
+	wait_http "http://127.0.0.1:$BP_PORT/v1/tokens/redeem" POST 400 "$BP_PID" || die "boundpairs did not start: $(tail -5 "$WORK/boundpairs.log")"
+	echo "boundpairs  on 127.0.0.1:$BP_PORT (pid $BP_PID): Replayguard's issue and redeem answers from a bare Gin handler, unsigned tokens in an in-process map"
+	STORE_WATCH[boundpairs]=""
+	PLAN+=("boundpairs pairs $BP_PORT $BP_PID")
 fi
 if [[ "$ONECONN" == 1 ]]; then
 	# Pairs at one worker: latency with nothing to share a round trip
