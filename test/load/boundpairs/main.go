@@ -12,9 +12,8 @@
 //
 // The answers have the shape and the size of Replayguard's: the same
 // status, header fields (Cache-Control: no-store, Content-Type:
-// application/json; charset=utf-8, Vary: Origin on the issue answer,
-// X-Request-Id, and net/http's Date and Content-Length) and JSON members,
-// and a token as long as the JWT Replayguard issues under run.sh's key ID
+// application/json; charset=utf-8, X-Request-Id, and net/http's Date and
+// Content-Length) and JSON members, and a token as long as the JWT Replayguard issues under run.sh's key ID
 // ("load") for the default purpose (tokenLen), so that each redeem request
 // carries as large an Idempotency-Token header as Replayguard's. The
 // refusals are package problem's, built once at start-up as package
@@ -204,7 +203,6 @@ func (a *answer) write(w http.ResponseWriter) {
 var (
 	noStore         = []string{"no-store"}
 	jsonContentType = []string{"application/json; charset=utf-8"}
-	varyOrigin      = []string{"Origin"}
 	requestID       = []string{fixedRequestID}
 )
 
@@ -248,7 +246,6 @@ func (s *server) issue(c *gin.Context) {
 	b = append(b, `","expires_in":`...)
 	b = strconv.AppendInt(b, int64(tokenTTL/time.Second), 10)
 	b = append(b, '}')
-	c.Writer.Header()["Vary"] = varyOrigin
 	writeJSON(c.Writer, http.StatusCreated, b)
 	*bp = b
 	bodies.Put(bp)
