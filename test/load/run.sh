@@ -112,6 +112,8 @@
 #                  pairs pairs-1conn forged noop verify redeem), for a
 #                  quick check; pairs does not select pairs-1conn
 #   MICRO=0        skip the Go benchmarks and redis-benchmark (steps 1, 2)
+#   WARMUP=1s      before the first round, one unmeasured load run of this
+#                  length per load run of the plan (0: none)
 #   NICE=-10       priority of the run on a shared machine: the script
 #                  re-runs itself in a session of its own (setsid) and sets
 #                  that session's autogroup niceness (and each process's)
@@ -152,6 +154,7 @@ CLUSTER=${CLUSTER:-}
 ONECONN=${ONECONN:-1}
 MODES=${MODES:-}
 MICRO=${MICRO:-1}
+WARMUP=${WARMUP:-1s}
 
 load_setup
 # redis-cli makes clusters (--cluster create) since Redis 5. Its help
@@ -496,6 +499,16 @@ for ((i = 0; i < ${#PLAN[@]}; i++)); do
 	fi
 done
 ((${#SELECTED[@]} > 0)) || die "MODES=$MODES selects none of the load runs"
+# A server's first load (connections, goroutine stacks, the heap, the
+# CPU caches) ran about a quarter slower than its later rounds: warm each
+# one up once, unmeasured, so that the first round is not the odd one out.
+if [[ "$WARMUP" != 0 ]]; then
+	echo "-- warm-up: $WARMUP of each load run, not measured"
+	for i in "${SELECTED[@]}"; do
+		# shellcheck disable=SC2086 # the plan's fields are words
+		RUNS="$WORK/warmup.jsonl" DURATION=$WARMUP load ${PLAN[$i]} >/dev/null
+	done
+fi
 for ((round = 1; round <= ROUNDS; round++)); do
 	echo "-- round $round of $ROUNDS"
 	order=()
