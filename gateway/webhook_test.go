@@ -135,6 +135,7 @@ func TestWebhookSecretsAtStart(t *testing.T) {
 	}
 	blank := file("blank", "\n   \n\t\n")
 	badSecond := file("bad-second", hookSecret+"\n\ns3cr3t-but-not-base64!\n")
+	huge := file("huge", hookSecret+"\n"+strings.Repeat("#", gateway.MaxSecretFile))
 	routesFile := func(scheme, key, value string) string {
 		return "routes:\n  - match: \"POST /orders\"\n    policy: idempotency_key\n" +
 			"  - match: \"POST /hooks\"\n    policy: webhook\n    scheme: " + scheme + "\n    " + key + ": " + value + "\n"
@@ -164,6 +165,8 @@ func TestWebhookSecretsAtStart(t *testing.T) {
 			"line 7: routes[1].secret_env: the environment variable STRIPE_API_KEY: webhook: stripe secret 1 of 1 does not start with whsec_"},
 		{"a missing file", nil, routesFile("github", "secret_file", filepath.Join(dir, "missing")), nil,
 			"line 7: routes[1].secret_file: open " + filepath.Join(dir, "missing") + ": no such file or directory"},
+		{"a file over MaxSecretFile", nil, routesFile("github", "secret_file", huge), nil,
+			"line 7: routes[1].secret_file: " + huge + " is over 1048576 bytes"},
 		{"a file of blank lines", nil, routesFile("github", "secret_file", blank), nil,
 			"line 7: routes[1].secret_file: " + blank + " holds no secret"},
 		{"a file whose second secret is not base64", nil, routesFile("standard", "secret_file", badSecond), nil,
