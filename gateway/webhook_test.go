@@ -1,7 +1,6 @@
 package gateway_test
 
 import (
-	"bytes"
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
@@ -11,12 +10,12 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/replayguard/replayguard/gateway"
 	"github.com/replayguard/replayguard/idempotency"
+	"github.com/replayguard/replayguard/internal/testenv"
 	"github.com/replayguard/replayguard/store/memory"
 	"github.com/replayguard/replayguard/store/storetest"
 	"github.com/replayguard/replayguard/webhook"
@@ -359,18 +358,6 @@ func TestWebhookPolicy(t *testing.T) {
 	})
 }
 
-// lockedWriter serialises writes to w.
-type lockedWriter struct {
-	mu *sync.Mutex
-	w  *bytes.Buffer
-}
-
-func (l lockedWriter) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.w.Write(p)
-}
-
 // TestWebhookUnknownOutcome: an app that times out may have done the
 // work: the record is left to its lease (redeliveries get 409), not
 // released for an immediate second run. What the gateway logs about it,
@@ -384,9 +371,8 @@ func TestWebhookUnknownOutcome(t *testing.T) {
 	st := memory.New(memory.WithClock(clock.Now))
 	t.Cleanup(func() { _ = st.Close() })
 	keeper := idempotency.New(st, idempotency.WithClock(clock.Now), idempotency.WithLockTTL(time.Minute))
-	var logs bytes.Buffer
-	var logMu sync.Mutex
-	logger := slog.New(slog.NewJSONHandler(lockedWriter{&logMu, &logs}, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	var logs testenv.LockedBuffer
+	logger := slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	gw := serve(t, a.url(t), webhookRoutes, gateway.WithKeeper(keeper), webhookEnv(t), gateway.WithTimeout(100*time.Millisecond), gateway.WithLogger(logger))
 	signer := hookSigner(t)
 	if s, _, b := do(t, delivery(t, signer, gw.URL+"/hooks/billing", "msg_slow", `{}`)); s != http.StatusBadGateway || problemCode(b) != "upstream_unavailable" {
@@ -399,13 +385,12 @@ func TestWebhookUnknownOutcome(t *testing.T) {
 	if n := len(a.requests()); n != 1 {
 		t.Fatalf("the app ran %d times", n)
 	}
-	logMu.Lock()
-	defer logMu.Unlock()
-	if !strings.Contains(logs.String(), "upstream request failed") || !strings.Contains(logs.String(), "abandoned") {
-		t.Fatalf("the timeout and the abandoned record were not logged:\n%s", logs.String())
+	out := logs.String()
+	if !strings.Contains(out, "upstream request failed") || !strings.Contains(out, "abandoned") {
+		t.Fatalf("the timeout and the abandoned record were not logged:\n%s", out)
 	}
-	if leaked(logs.String()) {
-		t.Fatalf("a secret reached the logs:\n%s", logs.String())
+	if leaked(out) {
+		t.Fatalf("a secret reached the logs:\n%s", out)
 	}
 }
 

@@ -1,7 +1,6 @@
 package handlers_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"io"
@@ -9,28 +8,16 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/replayguard/replayguard/handlers"
 	"github.com/replayguard/replayguard/internal/logjson"
+	"github.com/replayguard/replayguard/internal/testenv"
 	"github.com/replayguard/replayguard/store"
 	"github.com/replayguard/replayguard/store/memory"
 	"github.com/replayguard/replayguard/token"
 )
-
-// lockedBuffer is a bytes.Buffer safe for the logger and the test.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
 
 // failingRedeems fails every token redemption with err, which wraps
 // store.ErrUnavailable whatever its message.
@@ -86,7 +73,7 @@ func TestRequestLogNamesTheCauseOf5xx(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				var logs lockedBuffer
+				var logs testenv.LockedBuffer
 				e, err := handlers.New(svc, handlers.WithLogger(slog.New(h.new(&logs)))).Engine()
 				if err != nil {
 					t.Fatal(err)
@@ -101,9 +88,7 @@ func TestRequestLogNamesTheCauseOf5xx(t *testing.T) {
 				if strings.Contains(w.Body.String(), "10.9.8.7") {
 					t.Fatalf("the answer reveals the store's address: %s", w.Body)
 				}
-				logs.mu.Lock()
-				line := logs.b.Bytes()
-				logs.mu.Unlock()
+				line := logs.Bytes()
 				var rec map[string]any
 				if err := json.Unmarshal(line, &rec); err != nil {
 					t.Fatalf("log = %q: %v", line, err)
