@@ -19,6 +19,7 @@ import (
 
 	"github.com/replayguard/replayguard/guard"
 	"github.com/replayguard/replayguard/idempotency"
+	"github.com/replayguard/replayguard/internal/fileread"
 	"github.com/replayguard/replayguard/internal/request"
 	"github.com/replayguard/replayguard/metrics"
 	"github.com/replayguard/replayguard/problem"
@@ -526,17 +527,9 @@ func (g *Gateway) secrets(rt Route, i int) (key string, secrets []string, err er
 		secrets = splitSecrets(text, ",")
 	case rt.SecretFile != "":
 		key = "secret_file"
-		f, err := os.Open(rt.SecretFile)
+		data, err := fileread.AtMost(rt.SecretFile, MaxSecretFile)
 		if err != nil {
 			return key, nil, rt.fail(i, key, "%v", err) // names the path
-		}
-		defer f.Close()
-		data, err := io.ReadAll(io.LimitReader(f, MaxSecretFile+1))
-		switch {
-		case err != nil:
-			return key, nil, rt.fail(i, key, "%v", err)
-		case len(data) > MaxSecretFile:
-			return key, nil, rt.fail(i, key, "%s is over %d bytes", rt.SecretFile, MaxSecretFile)
 		}
 		secrets = splitSecrets(string(data), "\n")
 	default:

@@ -3,9 +3,7 @@ package gateway
 import (
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
-	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -16,6 +14,7 @@ import (
 	"github.com/goccy/go-yaml/ast"
 
 	"github.com/replayguard/replayguard/idempotency"
+	"github.com/replayguard/replayguard/internal/fileread"
 	"github.com/replayguard/replayguard/internal/size"
 	"github.com/replayguard/replayguard/token"
 	"github.com/replayguard/replayguard/webhook"
@@ -164,20 +163,13 @@ type routeFields struct {
 	SecretFile any `yaml:"secret_file"`
 }
 
-// LoadRoutes reads the routes file at path (see ParseRoutes). Errors
-// start with the path.
+// LoadRoutes reads the routes file at path (see ParseRoutes), of at most
+// MaxRoutesFile bytes. Errors name the path; those about its contents
+// start with it.
 func LoadRoutes(path string) ([]Route, error) {
-	f, err := os.Open(path)
+	data, err := fileread.AtMost(path, MaxRoutesFile)
 	if err != nil {
 		return nil, err
-	}
-	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, MaxRoutesFile+1))
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	if len(data) > MaxRoutesFile {
-		return nil, fmt.Errorf("%s: over %d bytes", path, MaxRoutesFile)
 	}
 	routes, err := ParseRoutes(data)
 	if err != nil {

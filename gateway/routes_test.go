@@ -1,6 +1,8 @@
 package gateway_test
 
 import (
+	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -159,11 +161,12 @@ func TestLoadRoutes(t *testing.T) {
 	if err := os.WriteFile(huge, []byte("routes: []\n"+strings.Repeat("# padding\n", gateway.MaxRoutesFile/10+1)), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := gateway.LoadRoutes(huge); err == nil || !strings.Contains(err.Error(), "over") {
-		t.Fatalf("a file over the limit loads: %v", err)
+	if _, err := gateway.LoadRoutes(huge); err == nil || err.Error() != huge+" is over 1048576 bytes" {
+		t.Fatalf("a file over the limit: %v, want an error naming the file and the limit", err)
 	}
 
-	if _, err := gateway.LoadRoutes(filepath.Join(dir, "missing.yaml")); err == nil {
-		t.Fatal("a missing file loads")
+	missing := filepath.Join(dir, "missing.yaml")
+	if _, err := gateway.LoadRoutes(missing); !errors.Is(err, fs.ErrNotExist) || !strings.Contains(err.Error(), missing) {
+		t.Fatalf("a missing file: %v, want fs.ErrNotExist naming the file", err)
 	}
 }

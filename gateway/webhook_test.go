@@ -1,7 +1,6 @@
 package gateway_test
 
 import (
-	"bytes"
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
@@ -11,12 +10,12 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/replayguard/replayguard/gateway"
 	"github.com/replayguard/replayguard/idempotency"
+	"github.com/replayguard/replayguard/internal/testenv"
 	"github.com/replayguard/replayguard/store/memory"
 	"github.com/replayguard/replayguard/store/storetest"
 	"github.com/replayguard/replayguard/webhook"
@@ -135,6 +134,7 @@ func TestWebhookSecretsAtStart(t *testing.T) {
 	}
 	blank := file("blank", "\n   \n\t\n")
 	badSecond := file("bad-second", hookSecret+"\n\ns3cr3t-but-not-base64!\n")
+	huge := file("huge", hookSecret+"\n"+strings.Repeat("#", gateway.MaxSecretFile))
 	routesFile := func(scheme, key, value string) string {
 		return "routes:\n  - match: \"POST /orders\"\n    policy: idempotency_key\n" +
 			"  - match: \"POST /hooks\"\n    policy: webhook\n    scheme: " + scheme + "\n    " + key + ": " + value + "\n"
@@ -164,6 +164,8 @@ func TestWebhookSecretsAtStart(t *testing.T) {
 			"line 7: routes[1].secret_env: the environment variable STRIPE_API_KEY: webhook: stripe secret 1 of 1 does not start with whsec_"},
 		{"a missing file", nil, routesFile("github", "secret_file", filepath.Join(dir, "missing")), nil,
 			"line 7: routes[1].secret_file: open " + filepath.Join(dir, "missing") + ": no such file or directory"},
+		{"a file over MaxSecretFile", nil, routesFile("github", "secret_file", huge), nil,
+			"line 7: routes[1].secret_file: " + huge + " is over 1048576 bytes"},
 		{"a file of blank lines", nil, routesFile("github", "secret_file", blank), nil,
 			"line 7: routes[1].secret_file: " + blank + " holds no secret"},
 		{"a file whose second secret is not base64", nil, routesFile("standard", "secret_file", badSecond), nil,
@@ -356,18 +358,6 @@ func TestWebhookPolicy(t *testing.T) {
 	})
 }
 
-// lockedWriter serialises writes to w.
-type lockedWriter struct {
-	mu *sync.Mutex
-	w  *bytes.Buffer
-}
-
-func (l lockedWriter) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.w.Write(p)
-}
-
 // TestWebhookUnknownOutcome: an app that times out may have done the
 // work: the record is left to its lease (redeliveries get 409), not
 // released for an immediate second run. What the gateway logs about it,
@@ -381,9 +371,8 @@ func TestWebhookUnknownOutcome(t *testing.T) {
 	st := memory.New(memory.WithClock(clock.Now))
 	t.Cleanup(func() { _ = st.Close() })
 	keeper := idempotency.New(st, idempotency.WithClock(clock.Now), idempotency.WithLockTTL(time.Minute))
-	var logs bytes.Buffer
-	var logMu sync.Mutex
-	logger := slog.New(slog.NewJSONHandler(lockedWriter{&logMu, &logs}, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	var logs testenv.LockedBuffer
+	logger := slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	gw := serve(t, a.url(t), webhookRoutes, gateway.WithKeeper(keeper), webhookEnv(t), gateway.WithTimeout(100*time.Millisecond), gateway.WithLogger(logger))
 	signer := hookSigner(t)
 	if s, _, b := do(t, delivery(t, signer, gw.URL+"/hooks/billing", "msg_slow", `{}`)); s != http.StatusBadGateway || problemCode(b) != "upstream_unavailable" {
@@ -396,13 +385,12 @@ func TestWebhookUnknownOutcome(t *testing.T) {
 	if n := len(a.requests()); n != 1 {
 		t.Fatalf("the app ran %d times", n)
 	}
-	logMu.Lock()
-	defer logMu.Unlock()
-	if !strings.Contains(logs.String(), "upstream request failed") || !strings.Contains(logs.String(), "abandoned") {
-		t.Fatalf("the timeout and the abandoned record were not logged:\n%s", logs.String())
+	out := logs.String()
+	if !strings.Contains(out, "upstream request failed") || !strings.Contains(out, "abandoned") {
+		t.Fatalf("the timeout and the abandoned record were not logged:\n%s", out)
 	}
-	if leaked(logs.String()) {
-		t.Fatalf("a secret reached the logs:\n%s", logs.String())
+	if leaked(out) {
+		t.Fatalf("a secret reached the logs:\n%s", out)
 	}
 }
 

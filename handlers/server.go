@@ -199,7 +199,7 @@ func logRequests(log *slog.Logger, c *gin.Context, end time.Time, d time.Duratio
 		// store's address, say): store and library errors hold no
 		// secrets.
 		if e := c.Errors.Last(); e != nil {
-			line.Error = e.Error()
+			line.Err = e // its text, even empty, as "error"
 		}
 	}
 	if lh, ok := h.(*logjson.Handler); ok {

@@ -10,9 +10,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"strings"
 	"sync/atomic"
+
+	"github.com/replayguard/replayguard/internal/fileread"
 )
 
 // ErrBadKeys: the client keys file is malformed.
@@ -288,16 +289,15 @@ func (key Key) check() error {
 }
 
 // LoadKeys reads and parses the client keys file at path (at most
-// MaxKeysFileBytes). Errors that are not about the file's contents (it
-// cannot be opened, say) do not wrap ErrBadKeys.
+// MaxKeysFileBytes; a larger file wraps ErrBadKeys, as ParseKeys's error
+// does). Errors that are not about the file's contents (it cannot be
+// opened, say) do not wrap ErrBadKeys.
 func LoadKeys(path string) (*Keys, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, fmt.Errorf("replay: client keys: %w", err)
-	}
-	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, MaxKeysFileBytes+1))
-	if err != nil {
+	data, err := fileread.AtMost(path, MaxKeysFileBytes)
+	switch {
+	case errors.Is(err, fileread.ErrTooLarge):
+		return nil, fmt.Errorf("%w: %w", ErrBadKeys, err) // names the path and the limit
+	case err != nil:
 		return nil, fmt.Errorf("replay: client keys: %w", err)
 	}
 	k, err := ParseKeys(data)

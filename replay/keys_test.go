@@ -188,8 +188,8 @@ func TestLoadKeys(t *testing.T) {
 	}
 	big := filepath.Join(dir, "big.json")
 	writeFile(t, big, `{"keys": [{"id": "p", "alg": "hmac-sha256", "secret": "`+secret32+`", "label": "`+strings.Repeat("x", MaxKeysFileBytes)+`"}]}`)
-	if _, err := LoadKeys(big); !errors.Is(err, ErrBadKeys) || !strings.Contains(err.Error(), "over") {
-		t.Errorf("LoadKeys(over 1 MiB) = %v, want ErrBadKeys", err)
+	if _, err := LoadKeys(big); !errors.Is(err, ErrBadKeys) || !strings.Contains(err.Error(), big+" is over 1048576 bytes") {
+		t.Errorf("LoadKeys(over 1 MiB) = %v, want ErrBadKeys naming the file and the limit", err)
 	}
 	if _, err := LoadKeys(filepath.Join(dir, "missing.json")); err == nil || errors.Is(err, ErrBadKeys) || !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("LoadKeys(missing) = %v, want os.ErrNotExist", err)

@@ -2,7 +2,6 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -532,7 +531,7 @@ func startServer(t *testing.T, env ...string) (base string, stop func()) {
 		vars[k] = v
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	logs := &lockedBuffer{}
+	logs := &testenv.LockedBuffer{}
 	listening := make(chan string, 1)
 	done := make(chan error, 1)
 	go func() {
@@ -702,23 +701,4 @@ func TestServerTimeouts(t *testing.T) {
 			t.Fatalf("timeouts = %v, %v, %v, %v, want 5s, 10s, 15s, 1m", srv.ReadHeaderTimeout, srv.ReadTimeout, srv.WriteTimeout, srv.IdleTimeout)
 		}
 	})
-}
-
-// lockedBuffer is a bytes.Buffer safe for a server's goroutines and the
-// test.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }

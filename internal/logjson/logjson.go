@@ -132,7 +132,7 @@ func appendValue(b []byte, v slog.Value) []byte {
 }
 
 // Request is one request's log line: the record "request" with these
-// attributes, in this order (Error only when it is not empty).
+// attributes, in this order, and "error" last when Err is not nil.
 type Request struct {
 	Time       time.Time
 	Level      slog.Level
@@ -143,7 +143,10 @@ type Request struct {
 	DurationMS float64
 	ClientIP   string
 	Bytes      int
-	Error      string
+	// Err is the error the request was answered for, or nil. Its text is
+	// the line's "error", even when empty: the field says that an error
+	// was the cause, whatever its message.
+	Err error
 }
 
 // LogRequest writes r's line, byte for byte what Handle writes for the
@@ -174,9 +177,9 @@ func (h *Handler) LogRequest(ctx context.Context, r Request) error {
 	b = jsonw.String(b, r.ClientIP)
 	b = append(b, `","bytes":`...)
 	b = strconv.AppendInt(b, int64(r.Bytes), 10)
-	if r.Error != "" {
+	if r.Err != nil {
 		b = append(b, `,"error":"`...)
-		b = jsonw.String(b, r.Error)
+		b = jsonw.String(b, r.Err.Error())
 		b = append(b, '"')
 	}
 	b = append(b, "}\n"...)
@@ -200,8 +203,8 @@ func (r Request) Record() slog.Record {
 		slog.String("client_ip", r.ClientIP),
 		slog.Int("bytes", r.Bytes),
 	)
-	if r.Error != "" {
-		rec.AddAttrs(slog.String("error", r.Error))
+	if r.Err != nil {
+		rec.AddAttrs(slog.String("error", r.Err.Error()))
 	}
 	return rec
 }

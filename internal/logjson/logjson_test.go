@@ -3,6 +3,7 @@ package logjson
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"log/slog"
 	"math"
@@ -124,7 +125,8 @@ func TestLogRequestWritesWhatJSONHandlerWrites(t *testing.T) {
 	at := time.Date(2026, 11, 28, 10, 0, 0, 123456789, time.FixedZone("x", 3600)) // formatting only
 	cases := []Request{
 		{Time: at, Level: slog.LevelInfo, RequestID: "0123abcd", Method: "POST", Path: "/v1/tokens/redeem", Status: 200, DurationMS: 0.123, ClientIP: "127.0.0.1", Bytes: 57},
-		{Time: at.UTC(), Level: slog.LevelError, RequestID: "r", Method: "GET", Path: "/readyz", Status: 503, DurationMS: 1000.5, ClientIP: "::1", Bytes: 0, Error: "store: unavailable: redis: dial tcp 127.0.0.1:1: connect: connection refused"},
+		{Time: at.UTC(), Level: slog.LevelError, RequestID: "r", Method: "GET", Path: "/readyz", Status: 503, DurationMS: 1000.5, ClientIP: "::1", Bytes: 0, Err: errors.New("store: unavailable: redis: dial tcp 127.0.0.1:1: connect: connection refused")},
+		{Time: at, Level: slog.LevelError, RequestID: "r", Method: "POST", Path: "/empty-error", Status: 500, DurationMS: 2, Err: errors.New("")},
 		{Time: at, Level: slog.LevelWarn, RequestID: "", Method: "BREW", Path: "/\"quoted\"\\<html>&\u2028\x00\x1f\xff\xc3 é 日本 🙂", Status: 404, DurationMS: 1e-7, ClientIP: "", Bytes: -1},
 		{Time: at, Level: slog.LevelInfo, Path: "/", Status: 200, DurationMS: 1e21},
 		{Time: at, Level: slog.LevelInfo, Path: "/nan", DurationMS: math.NaN()},
@@ -148,11 +150,15 @@ func TestLogRequestWritesWhatJSONHandlerWrites(t *testing.T) {
 
 // FuzzLogRequest holds LogRequest to slog.JSONHandler for any strings.
 func FuzzLogRequest(f *testing.F) {
-	f.Add("0123abcd", "POST", "/v1/tokens", "127.0.0.1", "", 200, 0.25)
-	f.Add("", "GET", "/\xff\"<>&\u2028", "::1", "boom \x00", 500, 1e21)
-	f.Fuzz(func(t *testing.T, id, method, path, ip, errText string, status int, d float64) {
+	f.Add("0123abcd", "POST", "/v1/tokens", "127.0.0.1", false, "", 200, 0.25)
+	f.Add("", "GET", "/\xff\"<>&\u2028", "::1", true, "boom \x00", 500, 1e21)
+	f.Add("r", "POST", "/v1/tokens/redeem", "::1", true, "", 503, 1.5) // an error with an empty message
+	f.Fuzz(func(t *testing.T, id, method, path, ip string, hasErr bool, errText string, status int, d float64) {
 		r := Request{Time: time.Unix(1700000000, 123).UTC(), Level: slog.LevelInfo, RequestID: id, Method: method, Path: path,
-			Status: status, DurationMS: d, ClientIP: ip, Bytes: len(path), Error: errText}
+			Status: status, DurationMS: d, ClientIP: ip, Bytes: len(path)}
+		if hasErr {
+			r.Err = errors.New(errText)
+		}
 		var want, got bytes.Buffer
 		_ = slog.NewJSONHandler(&want, nil).Handle(context.Background(), r.Record())
 		_ = NewHandler(&got, nil).LogRequest(context.Background(), r)
@@ -160,4 +166,48 @@ func FuzzLogRequest(f *testing.F) {
 			t.Fatalf("LogRequest wrote\n%s\nJSONHandler\n%s", got.String(), want.String())
 		}
 	})
+}
+
+// TestLogRequestErrorField: a line has an "error" field exactly when the
+// request has an error, with the error's text even when that is empty
+// (an error with no message is still the cause of the answer), on
+// LogRequest's path and on the slog.Record any other handler gets.
+func TestLogRequestErrorField(t *testing.T) {
+	at := time.Date(2026, 11, 28, 10, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		name      string
+		err       error
+		wantField bool
+		want      string
+	}{
+		{"no error, no field", nil, false, ""},
+		{"an error's text", errors.New("store: unavailable"), true, "store: unavailable"},
+		{"an error with an empty message still has the field", errors.New(""), true, ""},
+	} {
+		r := Request{Time: at, Level: slog.LevelError, Path: "/", Status: 500, DurationMS: 1, Err: tc.err}
+		for _, path := range []struct {
+			name string
+			log  func(*bytes.Buffer) error
+		}{
+			{"LogRequest", func(b *bytes.Buffer) error { return NewHandler(b, nil).LogRequest(context.Background(), r) }},
+			{"Record through slog.JSONHandler", func(b *bytes.Buffer) error {
+				return slog.NewJSONHandler(b, nil).Handle(context.Background(), r.Record())
+			}},
+		} {
+			t.Run(tc.name+"/"+path.name, func(t *testing.T) {
+				var buf bytes.Buffer
+				if err := path.log(&buf); err != nil {
+					t.Fatal(err)
+				}
+				var line map[string]any
+				if err := json.Unmarshal(buf.Bytes(), &line); err != nil {
+					t.Fatalf("line %q: %v", buf.Bytes(), err)
+				}
+				got, ok := line["error"]
+				if ok != tc.wantField || (ok && got != tc.want) {
+					t.Fatalf("error field = %q (present %v), want %q (present %v) in %s", got, ok, tc.want, tc.wantField, buf.Bytes())
+				}
+			})
+		}
+	}
 }

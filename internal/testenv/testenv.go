@@ -1,6 +1,8 @@
 // Package testenv decides, in one place, whether a test suite that needs
 // an outside part (a Redis server, a Redis Cluster, Chromium, Node, nginx)
-// skips or fails when that part is missing.
+// skips or fails when that part is missing. It also holds what tests of
+// servers share: free ports, private Redis and PostgreSQL servers, and
+// LockedBuffer for a server's output.
 package testenv
 
 import (

@@ -16,8 +16,10 @@ import (
 )
 
 // TestConformanceACLUser runs the conformance suite as a Redis user that
-// may run only redis.ACLCommands on the store's keys: the rule the README
-// gives operators covers every command the store sends.
+// may run only redis.ACLCommands on the store's keys, plus +select when
+// the test URL names a database other than 0 (go-redis selects it on every
+// new connection): the rule the README gives operators covers every
+// command the store sends.
 func TestConformanceACLUser(t *testing.T) {
 	admin := newRedisClient(t)
 	t.Cleanup(func() { _ = admin.Close() })
@@ -31,6 +33,9 @@ func TestConformanceACLUser(t *testing.T) {
 	args := []any{"ACL", "SETUSER", user, "reset", "on", ">" + pass, "~rgtest:*", "~rate:rgtest:*"}
 	for _, c := range strings.Fields(redis.ACLCommands) {
 		args = append(args, c)
+	}
+	if admin.Options().DB != 0 {
+		args = append(args, aclSelect)
 	}
 	if err := admin.Do(ctx, args...).Err(); err != nil {
 		t.Fatalf("ACL SETUSER: %v", err)
@@ -52,13 +57,23 @@ func TestConformanceACLUser(t *testing.T) {
 	})
 }
 
-// TestREADMEQuotesTheACL keeps the README's ACL rule the one tested above.
+// aclSelect is what the README adds to redis.ACLCommands for a URL that
+// names a database other than 0, and what TestConformanceACLUser adds then.
+const aclSelect = "+select"
+
+// TestREADMEQuotesTheACL keeps the README's ACL rule the one tested above,
+// including the +select it asks for on a database other than 0.
 func TestREADMEQuotesTheACL(t *testing.T) {
 	readme, err := os.ReadFile("../../README.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(string(readme), "`"+redis.ACLCommands+"`") {
-		t.Fatalf("README.md does not quote redis.ACLCommands: `%s`", redis.ACLCommands)
+	for _, want := range []string{
+		"`" + redis.ACLCommands + "`",
+		"plus `" + aclSelect + "` when the URL names a database other than 0",
+	} {
+		if !strings.Contains(string(readme), want) {
+			t.Errorf("README.md does not say %s", want)
+		}
 	}
 }

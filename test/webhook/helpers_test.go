@@ -6,7 +6,6 @@ package webhook_test
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"crypto/hmac"
 	"crypto/rand"
@@ -28,6 +27,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/replayguard/replayguard/internal/testenv"
 	"github.com/replayguard/replayguard/problem"
 )
 
@@ -75,26 +75,9 @@ func randomHex(t testing.TB, n int) string {
 type server struct {
 	base string
 	cmd  *exec.Cmd
-	out  *lockedBuffer
+	out  *testenv.LockedBuffer
 	done chan struct{}
 	err  error // the process's exit, once done is closed
-}
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 // runServer starts cmd/server with env (NAME=value) and no other
@@ -107,7 +90,7 @@ func runServer(t *testing.T, env ...string) *server {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &server{cmd: cmd, out: &lockedBuffer{}, done: make(chan struct{})}
+	s := &server{cmd: cmd, out: &testenv.LockedBuffer{}, done: make(chan struct{})}
 	cmd.Stderr = s.out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
