@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"net/netip"
 	"net/url"
-	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -20,6 +19,7 @@ import (
 	"github.com/replayguard/replayguard/guard"
 	"github.com/replayguard/replayguard/handlers"
 	"github.com/replayguard/replayguard/idempotency"
+	"github.com/replayguard/replayguard/internal/fileread"
 	"github.com/replayguard/replayguard/internal/size"
 	"github.com/replayguard/replayguard/replay"
 	"github.com/replayguard/replayguard/store"
@@ -27,6 +27,11 @@ import (
 	redisstore "github.com/replayguard/replayguard/store/redis"
 	"github.com/replayguard/replayguard/token"
 )
+
+// maxSecretFile bounds a *_FILE setting's file: a secret (keys, a URL, a
+// password) is a few KiB at most, and a wrong path (a log, a device) must
+// fail with a clear error rather than fill the memory.
+const maxSecretFile = 1 << 20
 
 // config is the server's configuration, from flags, then environment
 // variables, then defaults.
@@ -415,7 +420,7 @@ func loadConfig(args []string, getenv func(string) string) (*config, error) {
 			v = getenv(s.env)
 		case s.secret && getenv(s.env+"_FILE") != "":
 			from = s.env + "_FILE"
-			b, err := os.ReadFile(getenv(s.env + "_FILE"))
+			b, err := fileread.AtMost(getenv(s.env+"_FILE"), maxSecretFile)
 			if err != nil {
 				return nil, fmt.Errorf("%s: %w", from, err)
 			}

@@ -156,6 +156,43 @@ func TestFlagVariableFileDefault(t *testing.T) {
 	}
 }
 
+// TestSecretFileBounded: a *_FILE over maxSecretFile (a wrong path: a
+// log, a device) is a configuration error naming the variable and the
+// file, read no further than the bound.
+func TestSecretFileBounded(t *testing.T) {
+	dir := t.TempDir()
+	big := filepath.Join(dir, "signing-keys")
+	if err := os.WriteFile(big, bytes.Repeat([]byte("x"), maxSecretFile+1), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	atBound := filepath.Join(dir, "api-keys")
+	if err := os.WriteFile(atBound, append([]byte("key"), bytes.Repeat([]byte(" "), maxSecretFile-3)...), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name, env, file, wantErr string
+	}{
+		{"over the bound", "REPLAYGUARD_SIGNING_KEYS_FILE", big, "REPLAYGUARD_SIGNING_KEYS_FILE: " + big + " is over 1048576 bytes"},
+		{"at the bound", "REPLAYGUARD_API_KEYS_FILE", atBound, ""},
+		{"missing", "REPLAYGUARD_API_KEYS_FILE", filepath.Join(dir, "nosuch"), "REPLAYGUARD_API_KEYS_FILE: open " + filepath.Join(dir, "nosuch")},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := loadConfig(nil, func(k string) string {
+				if k == tc.env {
+					return tc.file
+				}
+				return ""
+			})
+			switch {
+			case tc.wantErr == "" && err != nil:
+				t.Fatalf("loadConfig: %v", err)
+			case tc.wantErr != "" && (err == nil || !strings.HasPrefix(err.Error(), tc.wantErr)):
+				t.Fatalf("loadConfig = %v, want an error starting %q", err, tc.wantErr)
+			}
+		})
+	}
+}
+
 // TestListenAddress: without REPLAYGUARD_ADDR, a server with neither
 // signing keys nor API keys (the development setup) listens on loopback
 // only; with either, on every interface; REPLAYGUARD_ADDR always wins.

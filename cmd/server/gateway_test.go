@@ -554,6 +554,7 @@ func startServer(t *testing.T, env ...string) (base string, stop func()) {
 	case addr := <-listening:
 		return "http://" + addr, stop
 	case err := <-done:
+		done <- err // for stop, which the cleanup runs: it must not wait for a second result
 		t.Fatalf("run: %v\n%s", err, logs.String())
 	case <-time.After(20 * time.Second):
 		t.Fatal("the server did not listen")
