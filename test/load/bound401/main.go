@@ -28,18 +28,16 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"net"
-	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/signal"
 	"slices"
 	"syscall"
-	"time"
 
 	"github.com/gin-gonic/gin"
 
 	"github.com/replayguard/replayguard/problem"
+	"github.com/replayguard/replayguard/test/load/internal/fixture"
 	"github.com/replayguard/replayguard/token"
 )
 
@@ -64,24 +62,7 @@ func main() {
 // run serves until ctx ends. onListen, when set, receives the bound
 // address.
 func run(ctx context.Context, addr string, onListen func(string)) error {
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return err
-	}
-	srv := &http.Server{Handler: newRouter(forgedAnswer()), ReadHeaderTimeout: 5 * time.Second}
-	if onListen != nil {
-		onListen(ln.Addr().String())
-	}
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
-	select {
-	case err := <-served:
-		return err
-	case <-ctx.Done():
-	}
-	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	return srv.Shutdown(sctx)
+	return fixture.Serve(ctx, addr, newRouter(forgedAnswer()), onListen)
 }
 
 // field is one header field of the answer, in canonical form.

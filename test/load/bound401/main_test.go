@@ -5,21 +5,16 @@ import (
 	"context"
 	"crypto/rand"
 	"io"
-	"log/slog"
 	"maps"
 	"net/http"
 	"net/http/httptest"
 	"slices"
-	"strings"
 	"testing"
 	"time"
 
-	"github.com/gin-gonic/gin"
 	"github.com/golang-jwt/jwt/v5"
 
-	"github.com/replayguard/replayguard/handlers"
-	"github.com/replayguard/replayguard/store/memory"
-	"github.com/replayguard/replayguard/token"
+	"github.com/replayguard/replayguard/test/load/internal/fixture"
 )
 
 var invalidCode = []byte(`"code":"token_invalid"`)
@@ -106,19 +101,7 @@ func forge(t *testing.T, kid string) string {
 // bound401, and wants the same answer from both but for the Date and the
 // request ID: status, header names and values, Content-Length and body.
 func TestSameAnswerAsReplayguard(t *testing.T) {
-	gin.SetMode(gin.ReleaseMode)
-	st := memory.New()
-	t.Cleanup(func() { _ = st.Close() })
-	svc, err := token.New(st, []token.Key{{ID: "load", Secret: []byte(strings.Repeat("k", 32))}}, token.WithMachineID(1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	engine, err := handlers.New(svc, handlers.WithLogger(slog.New(slog.DiscardHandler))).Engine()
-	if err != nil {
-		t.Fatal(err)
-	}
-	rg := httptest.NewServer(engine)
-	t.Cleanup(rg.Close)
+	rg := fixture.Replayguard(t)
 	bound := httptest.NewServer(newRouter(forgedAnswer()))
 	t.Cleanup(bound.Close)
 

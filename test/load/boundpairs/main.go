@@ -48,7 +48,6 @@ import (
 	"encoding/binary"
 	"flag"
 	"fmt"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -64,6 +63,7 @@ import (
 
 	"github.com/replayguard/replayguard/problem"
 	"github.com/replayguard/replayguard/store"
+	"github.com/replayguard/replayguard/test/load/internal/fixture"
 	"github.com/replayguard/replayguard/token"
 )
 
@@ -105,24 +105,7 @@ func main() {
 // run serves until ctx ends. onListen, when set, receives the bound
 // address.
 func run(ctx context.Context, addr string, onListen func(string)) error {
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return err
-	}
-	srv := &http.Server{Handler: newRouter(newServer(time.Now, maxLive)), ReadHeaderTimeout: 5 * time.Second}
-	if onListen != nil {
-		onListen(ln.Addr().String())
-	}
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
-	select {
-	case err := <-served:
-		return err
-	case <-ctx.Done():
-	}
-	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	return srv.Shutdown(sctx)
+	return fixture.Serve(ctx, addr, newRouter(newServer(time.Now, maxLive)), onListen)
 }
 
 // entry is a live token's ID and expiry.

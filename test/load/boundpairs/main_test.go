@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"log/slog"
 	"maps"
 	"net/http"
 	"net/http/httptest"
@@ -16,10 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gin-gonic/gin"
-
-	"github.com/replayguard/replayguard/handlers"
-	"github.com/replayguard/replayguard/store/memory"
+	"github.com/replayguard/replayguard/test/load/internal/fixture"
 	"github.com/replayguard/replayguard/token"
 )
 
@@ -87,25 +83,9 @@ func tokenOf(t *testing.T, w wire) string {
 	return v.Token
 }
 
-// replayguard serves Replayguard's own engine (package handlers) on the
-// memory store, with run.sh's key ID.
-func replayguard(t *testing.T) *httptest.Server {
-	t.Helper()
-	gin.SetMode(gin.ReleaseMode)
-	st := memory.New()
-	t.Cleanup(func() { _ = st.Close() })
-	svc, err := token.New(st, []token.Key{{ID: "load", Secret: []byte(strings.Repeat("k", 32))}}, token.WithMachineID(1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	engine, err := handlers.New(svc, handlers.WithLogger(slog.New(slog.DiscardHandler))).Engine()
-	if err != nil {
-		t.Fatal(err)
-	}
-	rg := httptest.NewServer(engine)
-	t.Cleanup(rg.Close)
-	return rg
-}
+// replayguard serves Replayguard's own engine on the memory store, with
+// run.sh's key ID.
+func replayguard(t *testing.T) *httptest.Server { return fixture.Replayguard(t) }
 
 // TestSameAnswersAsReplayguard runs an issue, a redeem, a second redeem
 // and a redeem without a token against Replayguard's own engine and
