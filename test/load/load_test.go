@@ -473,33 +473,7 @@ func TestReportBound(t *testing.T) {
 		},
 	}
 	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			runs := filepath.Join(t.TempDir(), "runs.jsonl")
-			if err := os.WriteFile(runs, []byte(strings.Join(tt.lines, "\n")+"\n"), 0o644); err != nil {
-				t.Fatal(err)
-			}
-			var out strings.Builder
-			if err := report([]string{"-runs", runs}, &out); err != nil {
-				t.Fatal(err)
-			}
-			got := out.String()
-			for _, want := range tt.want {
-				if !strings.Contains(got, want) {
-					t.Errorf("report lacks %q:\n%s", want, got)
-				}
-			}
-			for _, absent := range tt.absent {
-				if strings.Contains(got, absent) {
-					t.Errorf("report has %q:\n%s", absent, got)
-				}
-			}
-			// Only the targets' misses: the rows of bound401 are listed.
-			for _, line := range strings.Split(got, "\n") {
-				if strings.Contains(line, "bound401") && strings.Contains(line, "**MISS**") {
-					t.Errorf("a bound401 row counts as a miss: %s", line)
-				}
-			}
-		})
+		t.Run(tt.name, func(t *testing.T) { checkListedRows(t, tt.lines, tt.want, tt.absent, "bound401") })
 	}
 }
 
@@ -560,33 +534,38 @@ func TestReportBoundPairs(t *testing.T) {
 		},
 	}
 	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			runs := filepath.Join(t.TempDir(), "runs.jsonl")
-			if err := os.WriteFile(runs, []byte(strings.Join(tt.lines, "\n")+"\n"), 0o644); err != nil {
-				t.Fatal(err)
-			}
-			var out strings.Builder
-			if err := report([]string{"-runs", runs}, &out); err != nil {
-				t.Fatal(err)
-			}
-			got := out.String()
-			for _, want := range tt.want {
-				if !strings.Contains(got, want) {
-					t.Errorf("report lacks %q:\n%s", want, got)
-				}
-			}
-			for _, absent := range tt.absent {
-				if strings.Contains(got, absent) {
-					t.Errorf("report has %q:\n%s", absent, got)
-				}
-			}
-			// Only the targets' misses: the rows of boundpairs are listed.
-			for _, line := range strings.Split(got, "\n") {
-				if strings.Contains(line, "boundpairs") && strings.Contains(line, "**MISS**") {
-					t.Errorf("a boundpairs row counts as a miss: %s", line)
-				}
-			}
-		})
+		t.Run(tt.name, func(t *testing.T) { checkListedRows(t, tt.lines, tt.want, tt.absent, "boundpairs") })
+	}
+}
+
+// checkListedRows runs load report on the JSON lines and wants each of
+// want in its output, none of absent, and no row naming label counted as
+// a miss (a ceiling's rows are listed, not targets).
+func checkListedRows(t *testing.T, lines, want, absent []string, label string) {
+	t.Helper()
+	runs := filepath.Join(t.TempDir(), "runs.jsonl")
+	if err := os.WriteFile(runs, []byte(strings.Join(lines, "\n")+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var out strings.Builder
+	if err := report([]string{"-runs", runs}, &out); err != nil {
+		t.Fatal(err)
+	}
+	got := out.String()
+	for _, w := range want {
+		if !strings.Contains(got, w) {
+			t.Errorf("report lacks %q:\n%s", w, got)
+		}
+	}
+	for _, a := range absent {
+		if strings.Contains(got, a) {
+			t.Errorf("report has %q:\n%s", a, got)
+		}
+	}
+	for _, line := range strings.Split(got, "\n") {
+		if strings.Contains(line, label) && strings.Contains(line, "**MISS**") {
+			t.Errorf("a %s row counts as a miss: %s", label, line)
+		}
 	}
 }
 

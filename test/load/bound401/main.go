@@ -26,13 +26,9 @@ package main
 
 import (
 	"context"
-	"flag"
-	"fmt"
+	"net/http"
 	"net/http/httptest"
-	"os"
-	"os/signal"
 	"slices"
-	"syscall"
 
 	"github.com/gin-gonic/gin"
 
@@ -49,14 +45,7 @@ const fixedRequestID = "00000000000000000000000000000401"
 const redeemPath = "/v1/tokens/redeem"
 
 func main() {
-	addr := flag.String("addr", "127.0.0.1:8091", "listen address")
-	flag.Parse()
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
-	if err := run(ctx, *addr, nil); err != nil {
-		fmt.Fprintln(os.Stderr, "bound401:", err)
-		os.Exit(1)
-	}
+	fixture.Main("bound401", "127.0.0.1:8091", func() http.Handler { return newRouter(forgedAnswer()) })
 }
 
 // run serves until ctx ends. onListen, when set, receives the bound

@@ -46,17 +46,13 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"encoding/binary"
-	"flag"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"os/signal"
 	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/gin-gonic/gin"
@@ -92,14 +88,7 @@ const (
 )
 
 func main() {
-	addr := flag.String("addr", "127.0.0.1:8092", "listen address")
-	flag.Parse()
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
-	if err := run(ctx, *addr, nil); err != nil {
-		fmt.Fprintln(os.Stderr, "boundpairs:", err)
-		os.Exit(1)
-	}
+	fixture.Main("boundpairs", "127.0.0.1:8092", func() http.Handler { return newRouter(newServer(time.Now, maxLive)) })
 }
 
 // run serves until ctx ends. onListen, when set, receives the bound
