@@ -31,7 +31,7 @@ func (a *API) Engine() (*gin.Engine, error) {
 	}
 	e.HandleMethodNotAllowed = true
 	if a.tracer != nil {
-		e.Use(traceRequests(a.tracer)) // first, so its span covers the rest
+		e.Use(traceRequests(a.tracer, a.prop)) // first, so its span covers the rest
 	}
 	e.Use(observe(a.metrics, a.log))
 	e.NoRoute(func(c *gin.Context) { fail(c, problem.ErrNotFound) })
