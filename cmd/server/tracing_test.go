@@ -278,8 +278,8 @@ func names(spans map[string]sdktrace.ReadOnlySpan) []string {
 // TestTracingOTLP runs the server configured only by OTEL_* variables
 // against an OTLP/HTTP receiver and checks that the spans of a request
 // arrive, in the batch the server flushes on SIGTERM, continuing the
-// trace of the client's header: traceparent by default, b3 with
-// OTEL_PROPAGATORS=b3.
+// trace of the client's header (traceparent by default, b3 with
+// OTEL_PROPAGATORS=b3), and that the request's log line names the span.
 func TestTracingOTLP(t *testing.T) {
 	for _, c := range []struct {
 		name          string
@@ -380,6 +380,11 @@ func TestTracingOTLP(t *testing.T) {
 			}
 			if !bytes.Equal(put.ParentSpanId, issue.SpanId) {
 				t.Error("store.put is not a child of the request's span")
+			}
+			// The request's log line names the span it was exported as.
+			line := out.waitForLog(t, 0, "request")
+			if line["trace_id"] != hex.EncodeToString(issue.TraceId) || line["span_id"] != hex.EncodeToString(issue.SpanId) {
+				t.Errorf("the request line has trace_id %v span_id %v, want the exported span's %x %x", line["trace_id"], line["span_id"], issue.TraceId, issue.SpanId)
 			}
 			attrs := map[string]any{}
 			for _, kv := range issue.Attributes {
