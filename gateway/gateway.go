@@ -15,6 +15,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/replayguard/replayguard/guard"
@@ -26,6 +27,7 @@ import (
 	"github.com/replayguard/replayguard/replay"
 	"github.com/replayguard/replayguard/store"
 	"github.com/replayguard/replayguard/token"
+	"github.com/replayguard/replayguard/tracing"
 	"github.com/replayguard/replayguard/webhook"
 )
 
@@ -78,7 +80,8 @@ type Gateway struct {
 	// hostRoutes is set when a route's pattern has a host: a request
 	// without a Host is refused then (checkTarget).
 	hostRoutes bool
-	tracer     trace.Tracer // WithTracerProvider; nil: not traced
+	tracer     trace.Tracer                  // WithTracerProvider; nil: not traced
+	prop       propagation.TextMapPropagator // WithPropagator
 }
 
 // Option configures a Gateway.
@@ -258,6 +261,7 @@ func New(upstream *url.URL, routes []Route, opts ...Option) (*Gateway, error) {
 		log:      slog.Default(),
 		clientIP: request.ClientIP,
 		getenv:   os.Getenv,
+		prop:     tracing.Propagator(),
 	}
 	for _, o := range opts {
 		o(g)

@@ -25,9 +25,10 @@ import (
 //     http.response.status_code, or the error when the app did not
 //     answer; replayguard.outcome is forwarded;
 //   - the app receives that client span as its parent in traceparent
-//     (W3C Trace Context, with tracestate and baggage): whatever the
-//     client sent in those headers was continued by the request's span,
-//     and is replaced, never passed on.
+//     (W3C Trace Context, with tracestate and baggage; or the headers of
+//     WithPropagator's propagator): whatever the client sent in those
+//     headers was continued by the request's span, and is replaced,
+//     never passed on.
 //
 // Defaults to nil: no span is started and the headers pass through as
 // the client sent them.
@@ -39,11 +40,26 @@ func WithTracerProvider(tp trace.TracerProvider) Option {
 	}
 }
 
+// WithPropagator writes the upstream span's context into the request to
+// the app with p, in place of the client's copies of p's headers
+// (cmd/server builds p from OTEL_PROPAGATORS, and gives the same one to
+// handlers.WithPropagator). Headers of other formats pass through as the
+// client sent them. It applies only with WithTracerProvider. Defaults to
+// tracing.Propagator(), W3C Trace Context and Baggage (recommended); nil
+// keeps the default.
+func WithPropagator(p propagation.TextMapPropagator) Option {
+	return func(g *Gateway) {
+		if p != nil {
+			g.prop = p
+		}
+	}
+}
+
 // traceProxy makes g's proxy inject the upstream span into the request
 // to the app and record the app's answer on it.
 func (g *Gateway) traceProxy() {
 	rewrite, modify, fail := g.proxy.Rewrite, g.proxy.ModifyResponse, g.proxy.ErrorHandler
-	prop := tracing.Propagator()
+	prop := g.prop
 	g.proxy.Rewrite = func(pr *httputil.ProxyRequest) {
 		rewrite(pr)
 		for _, f := range prop.Fields() {

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/gin-gonic/gin"
+	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/replayguard/replayguard/idempotency"
@@ -56,6 +57,7 @@ type API struct {
 	proxies  []string
 	usage    store.Usager
 	tracer   trace.TracerProvider
+	prop     propagation.TextMapPropagator // WithPropagator
 }
 
 // Option configures an API.
@@ -172,6 +174,7 @@ func New(tokens *token.Service, opts ...Option) *API {
 		origins: map[string]bool{},
 		log:     slog.Default(),
 		timeout: DefaultReadyTimeout,
+		prop:    tracing.Propagator(),
 	}
 	for _, o := range opts {
 		o(a)

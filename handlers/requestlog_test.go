@@ -11,6 +11,9 @@ import (
 	"testing"
 	"time"
 
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+
 	"github.com/replayguard/replayguard/handlers"
 	"github.com/replayguard/replayguard/internal/logjson"
 	"github.com/replayguard/replayguard/internal/testenv"
@@ -99,5 +102,122 @@ func TestRequestLogNamesTheCauseOf5xx(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// TestRequestLogCarriesTraceIDs: with tracing on, a request's log line
+// carries the trace_id and span_id of its server span, so that the line
+// and the trace can be joined (a client's traceparent continues the
+// trace, and the span_id is the server span's own, never the client's);
+// with tracing off the line has neither field. The server's handler
+// (logjson) and any other slog handler write the same fields.
+func TestRequestLogCarriesTraceIDs(t *testing.T) {
+	const clientTrace, clientSpan = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
+	mem := memory.New()
+	t.Cleanup(func() { _ = mem.Close() })
+	svc, err := token.New(mem, []token.Key{{ID: "k1", Secret: []byte(strings.Repeat("s", 32))}}, token.WithMachineID(9))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, h := range []struct {
+		name string
+		new  func(io.Writer) slog.Handler
+	}{
+		{"logjson.Handler", func(w io.Writer) slog.Handler { return logjson.NewHandler(w, nil) }},
+		{"slog.JSONHandler", func(w io.Writer) slog.Handler { return slog.NewJSONHandler(w, nil) }},
+	} {
+		for _, tc := range []struct {
+			name        string
+			traced      bool
+			traceparent string
+			target      string
+			status      int
+		}{
+			{"tracing on: a new trace", true, "", "/healthz", http.StatusOK},
+			{"tracing on: the client's trace continued", true, "00-" + clientTrace + "-" + clientSpan + "-01", "/healthz", http.StatusOK},
+			{"tracing on: a problem answer", true, "", "/v1/nope", http.StatusNotFound},
+			{"tracing off: no IDs, even with a traceparent", false, "00-" + clientTrace + "-" + clientSpan + "-01", "/healthz", http.StatusOK},
+		} {
+			t.Run(h.name+"/"+tc.name, func(t *testing.T) {
+				rec := tracetest.NewSpanRecorder()
+				var logs testenv.LockedBuffer
+				opts := []handlers.Option{handlers.WithLogger(slog.New(h.new(&logs)))}
+				if tc.traced {
+					opts = append(opts, handlers.WithTracerProvider(sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))))
+				}
+				e, err := handlers.New(svc, opts...).Engine()
+				if err != nil {
+					t.Fatal(err)
+				}
+				req := httptest.NewRequest(http.MethodGet, tc.target, nil)
+				if tc.traceparent != "" {
+					req.Header.Set("traceparent", tc.traceparent)
+				}
+				w := httptest.NewRecorder()
+				e.ServeHTTP(w, req)
+				if w.Code != tc.status {
+					t.Fatalf("status = %d %s, want %d", w.Code, w.Body, tc.status)
+				}
+				var line map[string]any
+				if err := json.Unmarshal(logs.Bytes(), &line); err != nil {
+					t.Fatalf("log = %q: %v", logs.Bytes(), err)
+				}
+				if !tc.traced {
+					for _, k := range []string{"trace_id", "span_id"} {
+						if v, ok := line[k]; ok {
+							t.Errorf("tracing off, the line has %s = %v", k, v)
+						}
+					}
+					return
+				}
+				spans := rec.Ended()
+				if len(spans) != 1 {
+					t.Fatalf("%d spans ended, want the server span", len(spans))
+				}
+				sc := spans[0].SpanContext()
+				if line["trace_id"] != sc.TraceID().String() || line["span_id"] != sc.SpanID().String() {
+					t.Errorf("the line has trace_id %v span_id %v, want the server span's %s %s", line["trace_id"], line["span_id"], sc.TraceID(), sc.SpanID())
+				}
+				if tc.traceparent != "" && (line["trace_id"] != clientTrace || line["span_id"] == clientSpan) {
+					t.Errorf("the line has trace_id %v span_id %v, want the client's trace %s and a span of the server's", line["trace_id"], line["span_id"], clientTrace)
+				}
+			})
+		}
+	}
+}
+
+// BenchmarkRequestLog prices a request through the Engine's middleware
+// and its log line (logjson to a discarding writer), on GET /healthz,
+// with tracing off and on (spans started and dropped: no exporter).
+func BenchmarkRequestLog(b *testing.B) {
+	mem := memory.New()
+	b.Cleanup(func() { _ = mem.Close() })
+	svc, err := token.New(mem, []token.Key{{ID: "k1", Secret: []byte(strings.Repeat("s", 32))}}, token.WithMachineID(9))
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		opts []handlers.Option
+	}{
+		{"tracing off", nil},
+		{"tracing on", []handlers.Option{handlers.WithTracerProvider(sdktrace.NewTracerProvider())}},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			log := slog.New(logjson.NewHandler(io.Discard, nil))
+			e, err := handlers.New(svc, append(tc.opts, handlers.WithLogger(log))...).Engine()
+			if err != nil {
+				b.Fatal(err)
+			}
+			req := httptest.NewRequest(http.MethodGet, "/healthz", nil)
+			b.ReportAllocs()
+			for range b.N {
+				w := httptest.NewRecorder()
+				e.ServeHTTP(w, req)
+				if w.Code != http.StatusOK {
+					b.Fatalf("status %d", w.Code)
+				}
+			}
+		})
 	}
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/replayguard/replayguard/internal/logjson"
 	"github.com/replayguard/replayguard/metrics"
@@ -31,9 +32,9 @@ func (a *API) Engine() (*gin.Engine, error) {
 	}
 	e.HandleMethodNotAllowed = true
 	if a.tracer != nil {
-		e.Use(traceRequests(a.tracer)) // first, so its span covers the rest
+		e.Use(traceRequests(a.tracer, a.prop)) // first, so its span covers the rest
 	}
-	e.Use(observe(a.metrics, a.log))
+	e.Use(observe(a.metrics, a.log, a.tracer != nil))
 	e.NoRoute(func(c *gin.Context) { fail(c, problem.ErrNotFound) })
 	e.NoMethod(func(c *gin.Context) { fail(c, problem.ErrMethodNotAllowed) })
 	a.Register(e)
@@ -63,8 +64,10 @@ func (a *API) Engine() (*gin.Engine, error) {
 // tracing's): it gives the request its ID, turns a panic in a handler into
 // 500 internal_error, and then counts, times and logs the request. One
 // middleware rather than four, so that a request reads the clock twice,
-// copies its *http.Request once and pays one deferred call.
-func observe(m *metrics.Metrics, log *slog.Logger) gin.HandlerFunc {
+// copies its *http.Request once and pays one deferred call. traced says
+// that tracing's middleware runs before it: only then does the log line
+// look for a span.
+func observe(m *metrics.Metrics, log *slog.Logger, traced bool) gin.HandlerFunc {
 	return func(c *gin.Context) {
 		start := time.Now()
 		ctx := problem.WithRequestID(c.Request.Context(), requestIDs(c))
@@ -98,7 +101,7 @@ func observe(m *metrics.Metrics, log *slog.Logger) gin.HandlerFunc {
 			}
 			end := time.Now()
 			countRequests(m, c, route, named, end.Sub(start))
-			logRequests(log, c, end, end.Sub(start))
+			logRequests(log, c, end, end.Sub(start), traced)
 		}()
 		c.Next()
 	}
@@ -170,9 +173,12 @@ func countRequests(m *metrics.Metrics, c *gin.Context, route string, named *stri
 
 // logRequests writes a request's line, stamped end, with its duration d.
 // It logs the path without the query and never logs headers, so tokens
-// and API keys stay out of logs. The server's handler (logjson) takes the
-// line without a slog.Record; any other gets the same record.
-func logRequests(log *slog.Logger, c *gin.Context, end time.Time, d time.Duration) {
+// and API keys stay out of logs. When traced (WithTracerProvider) and the
+// request's context holds a valid span context, the line carries its
+// trace_id and span_id: the server span's, for joining logs and traces;
+// untraced, no span is looked for. The server's handler (logjson) takes
+// the line without a slog.Record; any other gets the same record.
+func logRequests(log *slog.Logger, c *gin.Context, end time.Time, d time.Duration, traced bool) {
 	status := c.Writer.Status()
 	level := slog.LevelInfo
 	if status >= 500 {
@@ -193,6 +199,11 @@ func logRequests(log *slog.Logger, c *gin.Context, end time.Time, d time.Duratio
 		DurationMS: float64(d.Microseconds()) / 1000,
 		ClientIP:   c.ClientIP(),
 		Bytes:      c.Writer.Size(),
+	}
+	if traced {
+		if sc := trace.SpanContextFromContext(ctx); sc.IsValid() {
+			line.TraceID, line.SpanID = sc.TraceID(), sc.SpanID()
+		}
 	}
 	if status >= 500 {
 		// The cause, which the problem body never carries for a 5xx (a

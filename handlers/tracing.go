@@ -19,22 +19,35 @@ import (
 // WithTracerProvider gives every request the Engine serves a server span
 // from tp, named for its method and route pattern ("POST
 // /v1/tokens/redeem"; the method alone for a path no route matches), that
-// continues the trace of an incoming traceparent (W3C Trace Context and
-// Baggage). Its attributes: http.request.method, http.route,
-// http.response.status_code, replayguard.outcome and, on a problem
-// answer, replayguard.problem_code. Handlers further in (the store, the
-// gateway) find the span in the request's context. Defaults to nil: no
-// middleware is installed, and the API's handlers (also those Register
-// adds to an application's router) look for no span to set
-// replayguard.outcome on.
+// continues the trace the request's headers carry (W3C traceparent and
+// baggage, or what WithPropagator reads). Its attributes:
+// http.request.method, http.route, http.response.status_code,
+// replayguard.outcome and, on a problem answer, replayguard.problem_code.
+// Handlers further in (the store, the gateway) find the span in the
+// request's context. Defaults to nil: no middleware is installed, and the
+// API's handlers (also those Register adds to an application's router)
+// look for no span to set replayguard.outcome on.
 func WithTracerProvider(tp trace.TracerProvider) Option {
 	return func(a *API) { a.tracer = tp }
 }
 
-// traceRequests is the middleware of WithTracerProvider.
-func traceRequests(tp trace.TracerProvider) gin.HandlerFunc {
+// WithPropagator reads the trace context of incoming requests with p
+// (cmd/server builds p from OTEL_PROPAGATORS). It applies only with
+// WithTracerProvider: without a tracer no header is read. Defaults to
+// tracing.Propagator(), W3C Trace Context and Baggage (recommended); nil
+// keeps the default.
+func WithPropagator(p propagation.TextMapPropagator) Option {
+	return func(a *API) {
+		if p != nil {
+			a.prop = p
+		}
+	}
+}
+
+// traceRequests is the middleware of WithTracerProvider: it reads the
+// incoming trace context with prop.
+func traceRequests(tp trace.TracerProvider, prop propagation.TextMapPropagator) gin.HandlerFunc {
 	tracer := tp.Tracer(tracing.ScopeName)
-	prop := tracing.Propagator()
 	return func(c *gin.Context) {
 		r := c.Request
 		ctx := prop.Extract(r.Context(), propagation.HeaderCarrier(r.Header))

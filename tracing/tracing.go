@@ -28,8 +28,11 @@ const (
 // propagator is W3C Trace Context plus W3C Baggage.
 var propagator = propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{})
 
-// Propagator returns the propagator of incoming and outgoing requests:
-// W3C Trace Context (traceparent, tracestate) and W3C Baggage.
+// Propagator returns the default propagator of incoming and outgoing
+// requests: W3C Trace Context (traceparent, tracestate) and W3C Baggage,
+// what OTEL_PROPAGATORS means when it is unset. handlers.WithPropagator
+// and gateway.WithPropagator replace it (cmd/server passes them the
+// propagators OTEL_PROPAGATORS names).
 func Propagator() propagation.TextMapPropagator { return propagator }
 
 // SetOutcome records outcome as OutcomeKey on ctx's span, when a span

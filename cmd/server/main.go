@@ -110,6 +110,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, out io.
 			return fmt.Errorf("REPLAYGUARD_CLIENT_KEYS: %w", err)
 		}
 	}
+	// Before the store opens, as the other settings that fail: a typo
+	// here stops the server even with tracing off.
+	prop, err := newPropagator(getenv)
+	if err != nil {
+		return err
+	}
 
 	m := metrics.New()
 	st, err := openStore(ctx, cfg, log, onPanic)
@@ -163,7 +169,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, out io.
 		handlers.WithTrustedProxies(cfg.TrustedProxies...),
 	}
 	if tp != nil {
-		opts = append(opts, handlers.WithTracerProvider(tp))
+		opts = append(opts, handlers.WithTracerProvider(tp), handlers.WithPropagator(prop))
 	}
 	if lim, ok := inst.(store.Limiter); ok {
 		opts = append(opts, handlers.WithIssueRate(lim, cfg.IssueRate))
@@ -210,7 +216,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, out io.
 			gateway.WithGetenv(getenv), // webhook routes' secret_env
 		}
 		if tp != nil {
-			gopts = append(gopts, gateway.WithTracerProvider(tp))
+			gopts = append(gopts, gateway.WithTracerProvider(tp), gateway.WithPropagator(prop))
 		}
 		if _, ok := st.(*memory.Store); ok {
 			// The memory store forgets the deliveries it ran on restart.

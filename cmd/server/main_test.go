@@ -208,6 +208,7 @@ func TestBadConfigurationExitsNonZero(t *testing.T) {
 		{"two Redis settings", "REPLAYGUARD_REDIS_CLUSTER_URL=redis://10.0.0.1:7000 REPLAYGUARD_REDIS_CLUSTER_ADDRS=10.0.0.1:7000", "choose one"},
 		{"PostgreSQL and Redis", "REPLAYGUARD_POSTGRES_URL=postgres://u:hunter2@10.0.0.1/db REPLAYGUARD_REDIS_URL=redis://10.0.0.1:6379", "REPLAYGUARD_POSTGRES_URL and REPLAYGUARD_REDIS_URL"},
 		{"malformed PostgreSQL URL", "REPLAYGUARD_POSTGRES_URL=postgres://u:hunter2@10.0.0.1:99999999/db", "REPLAYGUARD_POSTGRES_URL"},
+		{"unknown propagator, even with tracing off", "OTEL_PROPAGATORS=tracecontext,zipkin", "OTEL_PROPAGATORS"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -5,14 +5,19 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
+	"strings"
 	"time"
 
+	"go.opentelemetry.io/contrib/propagators/autoprop"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
+	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+
+	"github.com/replayguard/replayguard/tracing"
 )
 
 // tracingEnv are the OTEL_* variables the server reads itself; the SDK
@@ -26,6 +31,7 @@ var tracingEnv = []string{
 	"OTEL_EXPORTER_OTLP_PROTOCOL",
 	"OTEL_EXPORTER_OTLP_TRACES_PROTOCOL",
 	"OTEL_SERVICE_NAME",
+	"OTEL_PROPAGATORS",
 }
 
 // defaultServiceName is service.name unless OTEL_SERVICE_NAME or
@@ -94,6 +100,45 @@ func newTracerProvider(ctx context.Context, getenv func(string) string, log *slo
 	service, _ := res.Set().Value("service.name")
 	log.Info("tracing: exporting spans over OTLP", "protocol", protocol, "endpoint", redactURL(endpoint), "service_name", service.AsString())
 	return sdktrace.NewTracerProvider(sdktrace.WithBatcher(exporter), sdktrace.WithResource(res)), nil
+}
+
+// propagatorNames are the names OTEL_PROPAGATORS takes, for its error.
+const propagatorNames = "tracecontext, baggage, b3, b3multi, jaeger, xray, ottrace or none"
+
+// newPropagator returns the propagator of the comma-separated list in
+// OTEL_PROPAGATORS (tracecontext, baggage, b3, b3multi, jaeger, xray,
+// ottrace, none; spaces around a name are ignored), composed in that
+// order: the last one to find a trace context in a request's headers
+// wins. Unset or empty, it is tracing.Propagator(), W3C Trace Context and
+// Baggage, as the OpenTelemetry SDKs default; "none" anywhere reads and
+// writes no header. A name it does not know is an error, also beside
+// "none", and also when tracing is off, so that a typo does not wait for
+// the day tracing is turned on.
+func newPropagator(getenv func(string) string) (propagation.TextMapPropagator, error) {
+	var names []string
+	none := false
+	for name := range strings.SplitSeq(getenv("OTEL_PROPAGATORS"), ",") {
+		switch name = strings.TrimSpace(name); name {
+		case "":
+		case "none":
+			none = true
+		default:
+			names = append(names, name)
+		}
+	}
+	if len(names) == 0 && !none {
+		return tracing.Propagator(), nil
+	}
+	// autoprop.TextMapPropagator stops at the first "none", which would
+	// hide an unknown name after it: check the others without it.
+	p, err := autoprop.TextMapPropagator(names...)
+	if err != nil {
+		return nil, fmt.Errorf("OTEL_PROPAGATORS: %w: set a comma-separated list of %s", err, propagatorNames)
+	}
+	if none {
+		return autoprop.TextMapPropagator("none")
+	}
+	return p, nil
 }
 
 // shutdownTracing exports the spans still buffered in tp, for at most

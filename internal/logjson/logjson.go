@@ -5,6 +5,7 @@ package logjson
 
 import (
 	"context"
+	"encoding/hex"
 	"io"
 	"log/slog"
 	"math"
@@ -132,7 +133,8 @@ func appendValue(b []byte, v slog.Value) []byte {
 }
 
 // Request is one request's log line: the record "request" with these
-// attributes, in this order, and "error" last when Err is not nil.
+// attributes, in this order, then "trace_id" and "span_id" when TraceID
+// is not zero, and "error" last when Err is not nil.
 type Request struct {
 	Time       time.Time
 	Level      slog.Level
@@ -143,11 +145,21 @@ type Request struct {
 	DurationMS float64
 	ClientIP   string
 	Bytes      int
+	// TraceID and SpanID are the request's span, when it has one (a
+	// server with tracing on): the line's "trace_id" and "span_id", in
+	// lowercase hex as OpenTelemetry writes them (32 and 16 digits), so
+	// that a line finds its trace. Both are written when TraceID is not
+	// all zeros, neither otherwise.
+	TraceID [16]byte
+	SpanID  [8]byte
 	// Err is the error the request was answered for, or nil. Its text is
 	// the line's "error", even when empty: the field says that an error
 	// was the cause, whatever its message.
 	Err error
 }
+
+// traced reports whether r's line carries trace_id and span_id.
+func (r *Request) traced() bool { return r.TraceID != [16]byte{} }
 
 // LogRequest writes r's line, byte for byte what Handle writes for the
 // same record, without building the record: the request line is the one
@@ -177,6 +189,13 @@ func (h *Handler) LogRequest(ctx context.Context, r Request) error {
 	b = jsonw.String(b, r.ClientIP)
 	b = append(b, `","bytes":`...)
 	b = strconv.AppendInt(b, int64(r.Bytes), 10)
+	if r.traced() {
+		b = append(b, `,"trace_id":"`...)
+		b = hex.AppendEncode(b, r.TraceID[:])
+		b = append(b, `","span_id":"`...)
+		b = hex.AppendEncode(b, r.SpanID[:])
+		b = append(b, '"')
+	}
 	if r.Err != nil {
 		b = append(b, `,"error":"`...)
 		b = jsonw.String(b, r.Err.Error())
@@ -203,6 +222,12 @@ func (r Request) Record() slog.Record {
 		slog.String("client_ip", r.ClientIP),
 		slog.Int("bytes", r.Bytes),
 	)
+	if r.traced() {
+		rec.AddAttrs(
+			slog.String("trace_id", hex.EncodeToString(r.TraceID[:])),
+			slog.String("span_id", hex.EncodeToString(r.SpanID[:])),
+		)
+	}
 	if r.Err != nil {
 		rec.AddAttrs(slog.String("error", r.Err.Error()))
 	}

@@ -103,10 +103,21 @@ func BenchmarkRequestLine(b *testing.B) {
 		})
 	}
 	// What the server's request middleware calls: no slog.Record.
+	r := Request{Time: time.Now(), Level: slog.LevelInfo, RequestID: "0123abcd0123abcd", Method: "POST", Path: "/v1/tokens/redeem",
+		Status: 200, DurationMS: 0.123, ClientIP: "127.0.0.1", Bytes: 57}
 	b.Run("logjson.Handler.LogRequest", func(b *testing.B) {
 		h := NewHandler(discard{}, nil)
-		r := Request{Time: time.Now(), Level: slog.LevelInfo, RequestID: "0123abcd0123abcd", Method: "POST", Path: "/v1/tokens/redeem",
-			Status: 200, DurationMS: 0.123, ClientIP: "127.0.0.1", Bytes: 57}
+		ctx := context.Background()
+		b.ReportAllocs()
+		for range b.N {
+			_ = h.LogRequest(ctx, r)
+		}
+	})
+	// With tracing on: the line also carries trace_id and span_id.
+	b.Run("logjson.Handler.LogRequest traced", func(b *testing.B) {
+		h := NewHandler(discard{}, nil)
+		r := r
+		r.TraceID, r.SpanID = traceID, spanID
 		ctx := context.Background()
 		b.ReportAllocs()
 		for range b.N {
@@ -114,6 +125,12 @@ func BenchmarkRequestLine(b *testing.B) {
 		}
 	})
 }
+
+// A trace and span ID, as OpenTelemetry's documentation writes them.
+var (
+	traceID = [16]byte{0x4b, 0xf9, 0x2f, 0x35, 0x77, 0xb3, 0x4d, 0xa6, 0xa3, 0xce, 0x92, 0x9d, 0x0e, 0x0e, 0x47, 0x36}
+	spanID  = [8]byte{0x00, 0xf0, 0x67, 0xaa, 0x0b, 0xa9, 0x02, 0xb7}
+)
 
 type discard struct{}
 
@@ -131,6 +148,13 @@ func TestLogRequestWritesWhatJSONHandlerWrites(t *testing.T) {
 		{Time: at, Level: slog.LevelInfo, Path: "/", Status: 200, DurationMS: 1e21},
 		{Time: at, Level: slog.LevelInfo, Path: "/nan", DurationMS: math.NaN()},
 		{Level: slog.LevelInfo, Path: "/no-time", DurationMS: 1},
+		{Time: at, Level: slog.LevelInfo, RequestID: "r", Method: "POST", Path: "/traced", Status: 201, DurationMS: 0.5, ClientIP: "10.0.0.1", Bytes: 40,
+			TraceID: traceID, SpanID: spanID},
+		{Time: at, Level: slog.LevelError, Path: "/traced-error", Status: 503, DurationMS: 3, TraceID: traceID, SpanID: spanID, Err: errors.New("store: unavailable")},
+		{Time: at, Level: slog.LevelInfo, Path: "/trace-without-span", TraceID: traceID},
+		{Time: at, Level: slog.LevelInfo, Path: "/span-without-trace", SpanID: spanID},
+		{Level: slog.LevelInfo, Path: "/traced-no-time", DurationMS: 1, TraceID: traceID, SpanID: spanID},
+		{Time: at, Level: slog.LevelInfo, Path: "/traced-nan", DurationMS: math.NaN(), TraceID: traceID, SpanID: spanID},
 	}
 	for _, r := range cases {
 		t.Run(r.Path, func(t *testing.T) {
@@ -148,14 +172,19 @@ func TestLogRequestWritesWhatJSONHandlerWrites(t *testing.T) {
 	}
 }
 
-// FuzzLogRequest holds LogRequest to slog.JSONHandler for any strings.
+// FuzzLogRequest holds LogRequest to slog.JSONHandler for any strings
+// and trace IDs.
 func FuzzLogRequest(f *testing.F) {
-	f.Add("0123abcd", "POST", "/v1/tokens", "127.0.0.1", false, "", 200, 0.25)
-	f.Add("", "GET", "/\xff\"<>&\u2028", "::1", true, "boom \x00", 500, 1e21)
-	f.Add("r", "POST", "/v1/tokens/redeem", "::1", true, "", 503, 1.5) // an error with an empty message
-	f.Fuzz(func(t *testing.T, id, method, path, ip string, hasErr bool, errText string, status int, d float64) {
+	f.Add("0123abcd", "POST", "/v1/tokens", "127.0.0.1", false, "", 200, 0.25, []byte(nil), []byte(nil))
+	f.Add("", "GET", "/\xff\"<>&\u2028", "::1", true, "boom \x00", 500, 1e21, []byte(nil), []byte(nil))
+	f.Add("r", "POST", "/v1/tokens/redeem", "::1", true, "", 503, 1.5, []byte(nil), []byte(nil)) // an error with an empty message
+	f.Add("r", "POST", "/v1/tokens", "::1", false, "", 201, 0.5, traceID[:], spanID[:])
+	f.Add("r", "GET", "/readyz", "::1", true, "down", 503, 2.0, traceID[:], []byte(nil))
+	f.Fuzz(func(t *testing.T, id, method, path, ip string, hasErr bool, errText string, status int, d float64, traceID, spanID []byte) {
 		r := Request{Time: time.Unix(1700000000, 123).UTC(), Level: slog.LevelInfo, RequestID: id, Method: method, Path: path,
 			Status: status, DurationMS: d, ClientIP: ip, Bytes: len(path)}
+		copy(r.TraceID[:], traceID)
+		copy(r.SpanID[:], spanID)
 		if hasErr {
 			r.Err = errors.New(errText)
 		}
@@ -206,6 +235,54 @@ func TestLogRequestErrorField(t *testing.T) {
 				got, ok := line["error"]
 				if ok != tc.wantField || (ok && got != tc.want) {
 					t.Fatalf("error field = %q (present %v), want %q (present %v) in %s", got, ok, tc.want, tc.wantField, buf.Bytes())
+				}
+			})
+		}
+	}
+}
+
+// TestLogRequestTraceFields: a line has "trace_id" and "span_id", in
+// lowercase hex, exactly when the request has a trace ID, before "error",
+// on LogRequest's path and on the slog.Record any other handler gets.
+func TestLogRequestTraceFields(t *testing.T) {
+	at := time.Date(2026, 11, 28, 10, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		name                string
+		traceID             [16]byte
+		spanID              [8]byte
+		wantTrace, wantSpan string // "": no field
+	}{
+		{"no trace, no fields", [16]byte{}, [8]byte{}, "", ""},
+		{"a span's IDs in lowercase hex", traceID, spanID, "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"},
+		{"a span ID alone writes nothing", [16]byte{}, spanID, "", ""},
+	} {
+		r := Request{Time: at, Level: slog.LevelError, Path: "/", Status: 500, DurationMS: 1, TraceID: tc.traceID, SpanID: tc.spanID, Err: errors.New("boom")}
+		for _, path := range []struct {
+			name string
+			log  func(*bytes.Buffer) error
+		}{
+			{"LogRequest", func(b *bytes.Buffer) error { return NewHandler(b, nil).LogRequest(context.Background(), r) }},
+			{"Record through slog.JSONHandler", func(b *bytes.Buffer) error {
+				return slog.NewJSONHandler(b, nil).Handle(context.Background(), r.Record())
+			}},
+		} {
+			t.Run(tc.name+"/"+path.name, func(t *testing.T) {
+				var buf bytes.Buffer
+				if err := path.log(&buf); err != nil {
+					t.Fatal(err)
+				}
+				var line map[string]any
+				if err := json.Unmarshal(buf.Bytes(), &line); err != nil {
+					t.Fatalf("line %q: %v", buf.Bytes(), err)
+				}
+				for _, f := range []struct{ key, want string }{{"trace_id", tc.wantTrace}, {"span_id", tc.wantSpan}} {
+					got, ok := line[f.key]
+					if ok != (f.want != "") || (ok && got != f.want) {
+						t.Errorf("%s = %v (present %v), want %q in %s", f.key, got, ok, f.want, buf.Bytes())
+					}
+				}
+				if tc.wantTrace != "" && !bytes.Contains(buf.Bytes(), []byte(`"span_id":"`+tc.wantSpan+`","error":`)) {
+					t.Errorf("span_id is not just before error: %s", buf.Bytes())
 				}
 			})
 		}
