@@ -27,12 +27,9 @@ package main
 import (
 	"context"
 	"net/http"
-	"net/http/httptest"
-	"slices"
 
 	"github.com/gin-gonic/gin"
 
-	"github.com/replayguard/replayguard/problem"
 	"github.com/replayguard/replayguard/test/load/internal/fixture"
 	"github.com/replayguard/replayguard/token"
 )
@@ -54,47 +51,22 @@ func run(ctx context.Context, addr string, onListen func(string)) error {
 	return fixture.Serve(ctx, addr, newRouter(forgedAnswer()), onListen)
 }
 
-// field is one header field of the answer, in canonical form.
-type field struct {
-	name  string
-	value []string
-}
-
-// answer is a whole HTTP answer, written as it is to every request.
-type answer struct {
-	status int
-	header []field
-	body   []byte
-}
-
 // forgedAnswer returns what Replayguard answers a forged token with,
 // written once by package problem as package handlers writes it: the
 // request ID set on the response first (by handlers' request-ID step),
 // then problem.For(token.ErrInvalid).Write, which takes the ID into the
 // body.
-func forgedAnswer() answer {
-	rec := httptest.NewRecorder()
-	rec.Header().Set(problem.RequestIDHeader, fixedRequestID)
-	problem.For(token.ErrInvalid).Write(rec)
-	a := answer{status: rec.Code, body: slices.Clone(rec.Body.Bytes())}
-	for name, value := range rec.Header() {
-		a.header = append(a.header, field{name, slices.Clone(value)})
-	}
-	return a
+func forgedAnswer() fixture.Answer {
+	return fixture.Problem(token.ErrInvalid, fixedRequestID)
 }
 
 // newRouter returns the one route on gin.New() without middleware. The
 // header values are shared by every answer: net/http only reads them.
-func newRouter(a answer) *gin.Engine {
+func newRouter(a fixture.Answer) *gin.Engine {
 	gin.SetMode(gin.ReleaseMode)
 	r := gin.New()
 	r.POST(redeemPath, func(c *gin.Context) {
-		h := c.Writer.Header()
-		for _, f := range a.header {
-			h[f.name] = f.value
-		}
-		c.Writer.WriteHeader(a.status)
-		_, _ = c.Writer.Write(a.body)
+		a.Write(c.Writer)
 	})
 	return r
 }

@@ -52,32 +52,6 @@ func TestForgedAnswer(t *testing.T) {
 	}
 }
 
-// wire is one answer as it came over the network.
-type wire struct {
-	status int
-	header http.Header
-	body   []byte
-}
-
-func postForged(t *testing.T, url, tok string) wire {
-	t.Helper()
-	req, err := http.NewRequest(http.MethodPost, url+redeemPath, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Idempotency-Token", tok)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return wire{resp.StatusCode, resp.Header, body}
-}
-
 // forge signs a token shaped like Replayguard's (and like the load
 // program's forged ones) with a random key no server holds.
 func forge(t *testing.T, kid string) string {
@@ -112,23 +86,23 @@ func TestSameAnswerAsReplayguard(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			want, got := postForged(t, rg.URL, tt.tok), postForged(t, bound.URL, tt.tok)
-			if want.status != http.StatusUnauthorized || !bytes.Contains(want.body, invalidCode) {
-				t.Fatalf("Replayguard answered %d %s, want 401 token_invalid", want.status, want.body)
+			want, got := fixture.Post(t, rg.URL, redeemPath, tt.tok), fixture.Post(t, bound.URL, redeemPath, tt.tok)
+			if want.Status != http.StatusUnauthorized || !bytes.Contains(want.Body, invalidCode) {
+				t.Fatalf("Replayguard answered %d %s, want 401 token_invalid", want.Status, want.Body)
 			}
-			if got.status != want.status {
-				t.Errorf("status = %d, Replayguard's %d", got.status, want.status)
+			if got.Status != want.Status {
+				t.Errorf("status = %d, Replayguard's %d", got.Status, want.Status)
 			}
-			id := want.header.Get("X-Request-Id")
+			id := want.Header.Get("X-Request-Id")
 			if len(id) != len(fixedRequestID) {
 				t.Errorf("Replayguard's request ID %q is not as long as fixedRequestID", id)
 			}
 			for _, name := range []string{"Date", "X-Request-Id"} {
-				if len(got.header.Values(name)) != 1 || len(want.header.Values(name)) != 1 {
-					t.Errorf("%s = %q, Replayguard's %q: want one each", name, got.header.Values(name), want.header.Values(name))
+				if len(got.Header.Values(name)) != 1 || len(want.Header.Values(name)) != 1 {
+					t.Errorf("%s = %q, Replayguard's %q: want one each", name, got.Header.Values(name), want.Header.Values(name))
 				}
 			}
-			wh, gh := want.header.Clone(), got.header.Clone()
+			wh, gh := want.Header.Clone(), got.Header.Clone()
 			for _, h := range []http.Header{wh, gh} {
 				h.Del("Date")
 				h.Del("X-Request-Id")
@@ -136,8 +110,8 @@ func TestSameAnswerAsReplayguard(t *testing.T) {
 			if !maps.EqualFunc(gh, wh, slices.Equal[[]string]) {
 				t.Errorf("header fields %v, Replayguard's %v", gh, wh)
 			}
-			if wb := bytes.ReplaceAll(want.body, []byte(id), []byte(fixedRequestID)); !bytes.Equal(got.body, wb) {
-				t.Errorf("body\n%s\nReplayguard's (with its request ID replaced)\n%s", got.body, wb)
+			if wb := bytes.ReplaceAll(want.Body, []byte(id), []byte(fixedRequestID)); !bytes.Equal(got.Body, wb) {
+				t.Errorf("body\n%s\nReplayguard's (with its request ID replaced)\n%s", got.Body, wb)
 			}
 		})
 	}

@@ -48,8 +48,6 @@ import (
 	"encoding/binary"
 	"fmt"
 	"net/http"
-	"net/http/httptest"
-	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -112,7 +110,7 @@ type server struct {
 	filler string // tokenLen-uniqueLen base64url characters
 	now    func() time.Time
 
-	used, expired, full, noToken answer
+	used, expired, full, noToken fixture.Answer
 }
 
 // newServer returns a server on the clock now that holds at most max
@@ -131,44 +129,8 @@ func newServer(now func() time.Time, max int64) *server {
 	}
 }
 
-// field is one header field of an answer, in canonical form.
-type field struct {
-	name  string
-	value []string
-}
-
-// answer is a whole HTTP answer, written as it is to every request.
-type answer struct {
-	status int
-	header []field
-	body   []byte
-}
-
-// refusal returns what Replayguard answers err with, written once by
-// package problem as package handlers writes it: the request ID set on
-// the response first, then problem.For(err).Write, which takes the ID
-// into the body.
-func refusal(err error) answer {
-	rec := httptest.NewRecorder()
-	rec.Header().Set(problem.RequestIDHeader, fixedRequestID)
-	problem.For(err).Write(rec)
-	a := answer{status: rec.Code, body: slices.Clone(rec.Body.Bytes())}
-	for name, value := range rec.Header() {
-		a.header = append(a.header, field{name, slices.Clone(value)})
-	}
-	return a
-}
-
-// write writes a to w. The header values are shared by every answer:
-// net/http only reads them.
-func (a *answer) write(w http.ResponseWriter) {
-	h := w.Header()
-	for _, f := range a.header {
-		h[f.name] = f.value
-	}
-	w.WriteHeader(a.status)
-	_, _ = w.Write(a.body)
-}
+// refusal returns what Replayguard answers err with (fixture.Problem).
+func refusal(err error) fixture.Answer { return fixture.Problem(err, fixedRequestID) }
 
 // Header values of the 201 and 200 answers, as package handlers sets
 // them. net/http only reads them.
@@ -194,7 +156,7 @@ func writeJSON(w http.ResponseWriter, status int, body []byte) {
 func (s *server) issue(c *gin.Context) {
 	if s.nLive.Add(1) > s.max {
 		s.nLive.Add(-1)
-		s.full.write(c.Writer)
+		s.full.Write(c.Writer)
 		return
 	}
 	n := s.seq.Add(1)
@@ -226,18 +188,18 @@ func (s *server) issue(c *gin.Context) {
 func (s *server) redeem(c *gin.Context) {
 	t := c.GetHeader(token.Header)
 	if t == "" {
-		s.noToken.write(c.Writer)
+		s.noToken.Write(c.Writer)
 		return
 	}
 	v, found := s.live.LoadAndDelete(t)
 	if !found {
-		s.used.write(c.Writer)
+		s.used.Write(c.Writer)
 		return
 	}
 	s.nLive.Add(-1)
 	e := v.(entry)
 	if !s.now().Before(e.expires) {
-		s.expired.write(c.Writer)
+		s.expired.Write(c.Writer)
 		return
 	}
 	bp := bodies.Get().(*[]byte)

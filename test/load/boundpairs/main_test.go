@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"maps"
 	"net/http"
 	"net/http/httptest"
@@ -18,36 +17,6 @@ import (
 	"github.com/replayguard/replayguard/test/load/internal/fixture"
 	"github.com/replayguard/replayguard/token"
 )
-
-// wire is one answer as it came over the network.
-type wire struct {
-	status int
-	header http.Header
-	body   []byte
-}
-
-// post sends a POST to url+path, with an Idempotency-Token header when
-// tok is not empty.
-func post(t *testing.T, url, path, tok string) wire {
-	t.Helper()
-	req, err := http.NewRequest(http.MethodPost, url+path, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if tok != "" {
-		req.Header.Set(token.Header, tok)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return wire{resp.StatusCode, resp.Header, body}
-}
 
 // members returns the names of a JSON object's members, in order.
 func members(t *testing.T, body []byte) []string {
@@ -72,13 +41,13 @@ func members(t *testing.T, body []byte) []string {
 }
 
 // tokenOf returns the "token" member of an issue answer.
-func tokenOf(t *testing.T, w wire) string {
+func tokenOf(t *testing.T, w fixture.Wire) string {
 	t.Helper()
 	var v struct {
 		Token string `json:"token"`
 	}
-	if err := json.Unmarshal(w.body, &v); err != nil || v.Token == "" {
-		t.Fatalf("issue answered %d %s: no token", w.status, w.body)
+	if err := json.Unmarshal(w.Body, &v); err != nil || v.Token == "" {
+		t.Fatalf("issue answered %d %s: no token", w.Status, w.Body)
 	}
 	return v.Token
 }
@@ -100,14 +69,14 @@ func TestSameAnswersAsReplayguard(t *testing.T) {
 	bp := httptest.NewServer(newRouter(newServer(time.Now, maxLive)))
 	t.Cleanup(bp.Close)
 
-	issuedRG, issuedBP := post(t, rg.URL, issuePath, ""), post(t, bp.URL, issuePath, "")
+	issuedRG, issuedBP := fixture.Post(t, rg.URL, issuePath, ""), fixture.Post(t, bp.URL, issuePath, "")
 	tokRG, tokBP := tokenOf(t, issuedRG), tokenOf(t, issuedBP)
 	if len(tokRG) != tokenLen || len(tokBP) != tokenLen {
 		t.Errorf("token lengths: Replayguard's %d, boundpairs' %d, tokenLen %d: want all equal", len(tokRG), len(tokBP), tokenLen)
 	}
 	type step struct {
 		name       string
-		want, got  wire
+		want, got  fixture.Wire
 		wantStatus int
 		sameLength bool
 		sameBody   bool
@@ -116,24 +85,24 @@ func TestSameAnswersAsReplayguard(t *testing.T) {
 	// run in order), on the token each side issued.
 	steps := []step{
 		{"issue", issuedRG, issuedBP, http.StatusCreated, true, false},
-		{"redeem", post(t, rg.URL, redeemPath, tokRG), post(t, bp.URL, redeemPath, tokBP), http.StatusOK, true, false},
-		{"second redeem of the same token", post(t, rg.URL, redeemPath, tokRG), post(t, bp.URL, redeemPath, tokBP), http.StatusConflict, true, true},
-		{"redeem without a token", post(t, rg.URL, redeemPath, ""), post(t, bp.URL, redeemPath, ""), http.StatusBadRequest, false, false},
+		{"redeem", fixture.Post(t, rg.URL, redeemPath, tokRG), fixture.Post(t, bp.URL, redeemPath, tokBP), http.StatusOK, true, false},
+		{"second redeem of the same token", fixture.Post(t, rg.URL, redeemPath, tokRG), fixture.Post(t, bp.URL, redeemPath, tokBP), http.StatusConflict, true, true},
+		{"redeem without a token", fixture.Post(t, rg.URL, redeemPath, ""), fixture.Post(t, bp.URL, redeemPath, ""), http.StatusBadRequest, false, false},
 	}
 	for _, tt := range steps {
 		t.Run(tt.name, func(t *testing.T) {
 			want, got := tt.want, tt.got
-			if want.status != tt.wantStatus {
-				t.Fatalf("Replayguard answered %d %s, want %d", want.status, want.body, tt.wantStatus)
+			if want.Status != tt.wantStatus {
+				t.Fatalf("Replayguard answered %d %s, want %d", want.Status, want.Body, tt.wantStatus)
 			}
-			if got.status != want.status {
-				t.Errorf("status = %d %s, Replayguard's %d", got.status, got.body, want.status)
+			if got.Status != want.Status {
+				t.Errorf("status = %d %s, Replayguard's %d", got.Status, got.Body, want.Status)
 			}
-			id := want.header.Get("X-Request-Id")
-			if len(id) != len(fixedRequestID) || got.header.Get("X-Request-Id") != fixedRequestID {
-				t.Errorf("X-Request-Id = %q, Replayguard's %q: want %q, as long as Replayguard's", got.header.Get("X-Request-Id"), id, fixedRequestID)
+			id := want.Header.Get("X-Request-Id")
+			if len(id) != len(fixedRequestID) || got.Header.Get("X-Request-Id") != fixedRequestID {
+				t.Errorf("X-Request-Id = %q, Replayguard's %q: want %q, as long as Replayguard's", got.Header.Get("X-Request-Id"), id, fixedRequestID)
 			}
-			wh, gh := want.header.Clone(), got.header.Clone()
+			wh, gh := want.Header.Clone(), got.Header.Clone()
 			for _, h := range []http.Header{wh, gh} {
 				h.Del("Date")
 				h.Del("X-Request-Id")
@@ -144,17 +113,17 @@ func TestSameAnswersAsReplayguard(t *testing.T) {
 			if !maps.EqualFunc(gh, wh, slices.Equal[[]string]) {
 				t.Errorf("header fields %v, Replayguard's %v", gh, wh)
 			}
-			if g, w := slices.Sorted(maps.Keys(got.header)), slices.Sorted(maps.Keys(want.header)); !slices.Equal(g, w) {
+			if g, w := slices.Sorted(maps.Keys(got.Header)), slices.Sorted(maps.Keys(want.Header)); !slices.Equal(g, w) {
 				t.Errorf("header names %v, Replayguard's %v", g, w)
 			}
-			if g, w := members(t, got.body), members(t, want.body); !slices.Equal(g, w) {
+			if g, w := members(t, got.Body), members(t, want.Body); !slices.Equal(g, w) {
 				t.Errorf("JSON members %v, Replayguard's %v", g, w)
 			}
-			if tt.sameLength && len(got.body) != len(want.body) {
-				t.Errorf("body\n%s\nis %d bytes, Replayguard's\n%s\n%d", got.body, len(got.body), want.body, len(want.body))
+			if tt.sameLength && len(got.Body) != len(want.Body) {
+				t.Errorf("body\n%s\nis %d bytes, Replayguard's\n%s\n%d", got.Body, len(got.Body), want.Body, len(want.Body))
 			}
-			if wb := bytes.ReplaceAll(want.body, []byte(id), []byte(fixedRequestID)); tt.sameBody && !bytes.Equal(got.body, wb) {
-				t.Errorf("body\n%s\nReplayguard's (with its request ID replaced)\n%s", got.body, wb)
+			if wb := bytes.ReplaceAll(want.Body, []byte(id), []byte(fixedRequestID)); tt.sameBody && !bytes.Equal(got.Body, wb) {
+				t.Errorf("body\n%s\nReplayguard's (with its request ID replaced)\n%s", got.Body, wb)
 			}
 		})
 	}
@@ -178,7 +147,7 @@ func issueToken(t *testing.T, h http.Handler) string {
 	if w.Code != http.StatusCreated {
 		t.Fatalf("issue = %d %s, want 201", w.Code, w.Body)
 	}
-	return tokenOf(t, wire{w.Code, w.Header(), w.Body.Bytes()})
+	return tokenOf(t, fixture.Wire{Status: w.Code, Header: w.Header(), Body: w.Body.Bytes()})
 }
 
 // code returns the problem code of a refusal's body.
@@ -330,9 +299,9 @@ func TestRunServesUntilCancelled(t *testing.T) {
 	case err := <-done:
 		t.Fatalf("run returned early: %v", err)
 	}
-	tok := tokenOf(t, post(t, "http://"+addr, issuePath, ""))
-	if w := post(t, "http://"+addr, redeemPath, tok); w.status != http.StatusOK {
-		t.Fatalf("POST %s = %d %s, want 200", redeemPath, w.status, w.body)
+	tok := tokenOf(t, fixture.Post(t, "http://"+addr, issuePath, ""))
+	if w := fixture.Post(t, "http://"+addr, redeemPath, tok); w.Status != http.StatusOK {
+		t.Fatalf("POST %s = %d %s, want 200", redeemPath, w.Status, w.Body)
 	}
 	cancel()
 	if err := <-done; err != nil {
