@@ -214,30 +214,12 @@ func TestLogRequestErrorField(t *testing.T) {
 		{"an error with an empty message still has the field", errors.New(""), true, ""},
 	} {
 		r := Request{Time: at, Level: slog.LevelError, Path: "/", Status: 500, DurationMS: 1, Err: tc.err}
-		for _, path := range []struct {
-			name string
-			log  func(*bytes.Buffer) error
-		}{
-			{"LogRequest", func(b *bytes.Buffer) error { return NewHandler(b, nil).LogRequest(context.Background(), r) }},
-			{"Record through slog.JSONHandler", func(b *bytes.Buffer) error {
-				return slog.NewJSONHandler(b, nil).Handle(context.Background(), r.Record())
-			}},
-		} {
-			t.Run(tc.name+"/"+path.name, func(t *testing.T) {
-				var buf bytes.Buffer
-				if err := path.log(&buf); err != nil {
-					t.Fatal(err)
-				}
-				var line map[string]any
-				if err := json.Unmarshal(buf.Bytes(), &line); err != nil {
-					t.Fatalf("line %q: %v", buf.Bytes(), err)
-				}
-				got, ok := line["error"]
-				if ok != tc.wantField || (ok && got != tc.want) {
-					t.Fatalf("error field = %q (present %v), want %q (present %v) in %s", got, ok, tc.want, tc.wantField, buf.Bytes())
-				}
-			})
-		}
+		bothPaths(t, tc.name, r, func(t *testing.T, buf *bytes.Buffer, line map[string]any) {
+			got, ok := line["error"]
+			if ok != tc.wantField || (ok && got != tc.want) {
+				t.Fatalf("error field = %q (present %v), want %q (present %v) in %s", got, ok, tc.want, tc.wantField, buf.Bytes())
+			}
+		})
 	}
 }
 
@@ -257,34 +239,44 @@ func TestLogRequestTraceFields(t *testing.T) {
 		{"a span ID alone writes nothing", [16]byte{}, spanID, "", ""},
 	} {
 		r := Request{Time: at, Level: slog.LevelError, Path: "/", Status: 500, DurationMS: 1, TraceID: tc.traceID, SpanID: tc.spanID, Err: errors.New("boom")}
-		for _, path := range []struct {
-			name string
-			log  func(*bytes.Buffer) error
-		}{
-			{"LogRequest", func(b *bytes.Buffer) error { return NewHandler(b, nil).LogRequest(context.Background(), r) }},
-			{"Record through slog.JSONHandler", func(b *bytes.Buffer) error {
-				return slog.NewJSONHandler(b, nil).Handle(context.Background(), r.Record())
-			}},
-		} {
-			t.Run(tc.name+"/"+path.name, func(t *testing.T) {
-				var buf bytes.Buffer
-				if err := path.log(&buf); err != nil {
-					t.Fatal(err)
+		bothPaths(t, tc.name, r, func(t *testing.T, buf *bytes.Buffer, line map[string]any) {
+			for _, f := range []struct{ key, want string }{{"trace_id", tc.wantTrace}, {"span_id", tc.wantSpan}} {
+				got, ok := line[f.key]
+				if ok != (f.want != "") || (ok && got != f.want) {
+					t.Errorf("%s = %v (present %v), want %q in %s", f.key, got, ok, f.want, buf.Bytes())
 				}
-				var line map[string]any
-				if err := json.Unmarshal(buf.Bytes(), &line); err != nil {
-					t.Fatalf("line %q: %v", buf.Bytes(), err)
-				}
-				for _, f := range []struct{ key, want string }{{"trace_id", tc.wantTrace}, {"span_id", tc.wantSpan}} {
-					got, ok := line[f.key]
-					if ok != (f.want != "") || (ok && got != f.want) {
-						t.Errorf("%s = %v (present %v), want %q in %s", f.key, got, ok, f.want, buf.Bytes())
-					}
-				}
-				if tc.wantTrace != "" && !bytes.Contains(buf.Bytes(), []byte(`"span_id":"`+tc.wantSpan+`","error":`)) {
-					t.Errorf("span_id is not just before error: %s", buf.Bytes())
-				}
-			})
-		}
+			}
+			if tc.wantTrace != "" && !bytes.Contains(buf.Bytes(), []byte(`"span_id":"`+tc.wantSpan+`","error":`)) {
+				t.Errorf("span_id is not just before error: %s", buf.Bytes())
+			}
+		})
+	}
+}
+
+// bothPaths logs r through LogRequest and, as a slog.Record, through
+// slog.JSONHandler, and runs check on each line, decoded, in a subtest
+// named name/path.
+func bothPaths(t *testing.T, name string, r Request, check func(t *testing.T, buf *bytes.Buffer, line map[string]any)) {
+	t.Helper()
+	for _, path := range []struct {
+		name string
+		log  func(*bytes.Buffer) error
+	}{
+		{"LogRequest", func(b *bytes.Buffer) error { return NewHandler(b, nil).LogRequest(context.Background(), r) }},
+		{"Record through slog.JSONHandler", func(b *bytes.Buffer) error {
+			return slog.NewJSONHandler(b, nil).Handle(context.Background(), r.Record())
+		}},
+	} {
+		t.Run(name+"/"+path.name, func(t *testing.T) {
+			var buf bytes.Buffer
+			if err := path.log(&buf); err != nil {
+				t.Fatal(err)
+			}
+			var line map[string]any
+			if err := json.Unmarshal(buf.Bytes(), &line); err != nil {
+				t.Fatalf("line %q: %v", buf.Bytes(), err)
+			}
+			check(t, &buf, line)
+		})
 	}
 }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"crypto/rand"
 	"io"
 	"maps"
@@ -118,16 +117,7 @@ func TestSameAnswerAsReplayguard(t *testing.T) {
 }
 
 func TestRunServesUntilCancelled(t *testing.T) {
-	ctx, cancel := context.WithCancel(context.Background())
-	addrs := make(chan string, 1)
-	done := make(chan error, 1)
-	go func() { done <- run(ctx, "127.0.0.1:0", func(a string) { addrs <- a }) }()
-	var addr string
-	select {
-	case addr = <-addrs:
-	case err := <-done:
-		t.Fatalf("run returned early: %v", err)
-	}
+	addr, stop := fixture.Start(t, run)
 	resp, err := http.Post("http://"+addr+redeemPath, "", nil)
 	if err != nil {
 		t.Fatal(err)
@@ -137,8 +127,7 @@ func TestRunServesUntilCancelled(t *testing.T) {
 	if resp.StatusCode != http.StatusUnauthorized || !bytes.Contains(body, invalidCode) {
 		t.Fatalf("POST %s = %d %s, want 401 token_invalid", redeemPath, resp.StatusCode, body)
 	}
-	cancel()
-	if err := <-done; err != nil {
+	if err := stop(); err != nil {
 		t.Fatalf("run after cancel = %v, want nil", err)
 	}
 }

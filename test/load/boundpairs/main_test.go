@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
 	"maps"
@@ -289,22 +288,12 @@ func TestTokensUniqueAndShaped(t *testing.T) {
 }
 
 func TestRunServesUntilCancelled(t *testing.T) {
-	ctx, cancel := context.WithCancel(context.Background())
-	addrs := make(chan string, 1)
-	done := make(chan error, 1)
-	go func() { done <- run(ctx, "127.0.0.1:0", func(a string) { addrs <- a }) }()
-	var addr string
-	select {
-	case addr = <-addrs:
-	case err := <-done:
-		t.Fatalf("run returned early: %v", err)
-	}
+	addr, stop := fixture.Start(t, run)
 	tok := tokenOf(t, fixture.Post(t, "http://"+addr, issuePath, ""))
 	if w := fixture.Post(t, "http://"+addr, redeemPath, tok); w.Status != http.StatusOK {
 		t.Fatalf("POST %s = %d %s, want 200", redeemPath, w.Status, w.Body)
 	}
-	cancel()
-	if err := <-done; err != nil {
+	if err := stop(); err != nil {
 		t.Fatalf("run after cancel = %v, want nil", err)
 	}
 }
