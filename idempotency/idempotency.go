@@ -277,17 +277,17 @@ type Outcome struct {
 // renews its lease until it ends with Complete or Release, exactly one
 // of which must be called.
 type Run struct {
-	k         *Keeper
-	key       string
-	owner     string
-	expires   time.Time
-	lease     string // a Detached run's lease, for ResumeToken
-	notHeld   error  // the error of Complete and Release when the record is gone
-	onLost    func()
-	heartbeat bool // renewed by a heartbeat: a failed completion is retried in the background
-	stop      chan struct{}
-	done      chan struct{}
-	endOnce   sync.Once
+	k       *Keeper
+	key     string
+	owner   string
+	expires time.Time
+	lease   string // a Detached run's lease, for ResumeToken
+	notHeld error  // the error of Complete and Release when the record is gone
+	onLost  func()
+	beating bool // renewed by a heartbeat: a failed completion is retried in the background
+	stop    chan struct{}
+	done    chan struct{}
+	endOnce sync.Once
 }
 
 // Start opens key's record for an execution of the request whose
@@ -349,8 +349,8 @@ func newOwner() (string, error) {
 // leased until expires.
 func (k *Keeper) newRun(key, owner string, expires time.Time, onLost func()) *Run {
 	r := k.detachedRun(key, owner, expires, ErrLeaseLost)
-	r.onLost, r.done, r.heartbeat = onLost, make(chan struct{}), true
-	go r.beat()
+	r.onLost, r.done, r.beating = onLost, make(chan struct{}), true
+	go r.heartbeat()
 	return r
 }
 
@@ -382,12 +382,12 @@ func found(rec store.Record) (Outcome, error) {
 	return out, nil
 }
 
-// beat is the heartbeat: it renews the lease every lockTTL/4 until the
+// heartbeat renews the lease every lockTTL/4 until the
 // run ends or the lease is found lost. A renewal that fails with an error
 // is tried again soon (from 50ms, doubling up to the tick), so that the
 // first renewal after a stalled store comes back lands within a round
 // trip: the record then still has its grace.
-func (r *Run) beat() {
+func (r *Run) heartbeat() {
 	defer close(r.done)
 	if f := r.k.onPanic; f != nil {
 		defer func() {
@@ -461,13 +461,13 @@ func (r *Run) Complete(ctx context.Context, out Outcome) error {
 	if len(out.Body) > r.k.maxBody {
 		out.Body, out.BodyOmitted = nil, true
 	}
-	if !r.heartbeat {
+	if !r.beating {
 		r.end()
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finishTimeout)
 	defer cancel()
 	data, ok, err := r.complete(ctx, out)
-	if err != nil && r.heartbeat && errors.Is(err, store.ErrUnavailable) && r.k.bg.add() {
+	if err != nil && r.beating && errors.Is(err, store.ErrUnavailable) && r.k.bg.add() {
 		go r.completeLater(data, out.Status, err)
 		return fmt.Errorf("%w: the store did not confirm the completion (%v); it is retried in the background", ErrPending, err)
 	}

@@ -219,6 +219,10 @@ var settings = []setting{
 		}},
 	{"REPLAYGUARD_IDEMPOTENCY_GRACE", "idempotency-grace", "", "how long a processing record outlives its lease, so that a holder the store stalled completes first (duplicates get 409 meanwhile); a holder that died blocks its key for the lease and the grace; empty: one lock TTL", false,
 		func(c *config, v string) (err error) {
+			if v == "" {
+				c.IdempotencyGrace = 0
+				return nil
+			}
 			if c.IdempotencyGrace, err = parseDuration(v); err == nil && c.IdempotencyGrace <= 0 {
 				err = errors.New("must be positive")
 			}
