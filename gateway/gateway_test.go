@@ -764,7 +764,7 @@ func TestUnknownOutcomeAbandonsTheRecord(t *testing.T) {
 			if n := len(a.requests()); n != 1 {
 				t.Fatalf("the app ran %d times, want 1", n)
 			}
-			clock.Advance(time.Minute + time.Second) // the lease ends
+			clock.Advance(2*time.Minute + time.Second) // the lease and its grace (one lease) end
 			a.mu.Lock()
 			a.respond = nil
 			a.mu.Unlock()

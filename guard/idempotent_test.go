@@ -630,6 +630,10 @@ func TestIdempotentLeaseExpiryLetsOneRetryRun(t *testing.T) {
 		t.Fatalf("inside the lease: %d %q", w.Code, codeOf(w))
 	}
 	clk.Advance(time.Minute)
+	if w := serve(h, req{}.build()); w.Code != 409 || codeOf(w) != "request_in_progress" {
+		t.Fatalf("inside the grace after the lease: %d %q", w.Code, codeOf(w))
+	}
+	clk.Advance(time.Minute) // the grace is one lease by default
 	const n = 10
 	results := make(chan *httptest.ResponseRecorder, n)
 	var wg sync.WaitGroup
@@ -683,8 +687,12 @@ func TestIdempotentAbandonRecord(t *testing.T) {
 				t.Fatalf("duplicate inside the lease = %d %q, want 409 request_in_progress: neither stored nor released", w.Code, codeOf(w))
 			}
 			clk.Advance(time.Minute)
+			if w := serve(h, req{}.build()); w.Code != http.StatusConflict || codeOf(w) != "request_in_progress" {
+				t.Fatalf("duplicate inside the grace after the lease = %d %q, want 409 request_in_progress", w.Code, codeOf(w))
+			}
+			clk.Advance(time.Minute) // the grace is one lease by default
 			if w := serve(h, req{}.build()); w.Code != http.StatusCreated || w.Header().Get(idempotency.ReplayedHeader) != "" {
-				t.Fatalf("retry after the lease = %d, want a fresh 201", w.Code)
+				t.Fatalf("retry after the lease and grace = %d, want a fresh 201", w.Code)
 			}
 			if app.runs.Load() != 2 {
 				t.Fatalf("%d runs, want 2", app.runs.Load())

@@ -337,6 +337,10 @@ func (c *captureWriter) finish(streaming, panicked bool) error {
 		c.s.metrics.IdempotencyOutcome(c.policy, outcome)
 	}
 	switch {
+	case errors.Is(err, idempotency.ErrPending):
+		c.s.log.LogAttrs(c.r.Context(), slog.LevelWarn, "idempotency record pending: the store did not confirm the completion in time; the response is sent and the completion retried in the background (duplicates get 409 until it lands)",
+			slog.String("request_id", problem.RequestID(c.r.Context())), slog.String("error", err.Error()))
+		return nil
 	case errors.Is(err, idempotency.ErrRolledBack):
 		c.s.log.LogAttrs(c.r.Context(), slog.LevelWarn, "idempotency record not committed: the work was undone and the client gets an error",
 			slog.String("request_id", problem.RequestID(c.r.Context())), slog.String("error", err.Error()))

@@ -321,10 +321,11 @@ func TestAPITokenRecords(t *testing.T) {
 			{name: "redeem after exp", path: "redeem", tok: "short", record: true, advance: 30 * time.Second, wantStatus: 401, wantCode: "token_expired"},
 			complete("no record was opened", "short", orderPage, 409, "record_not_processing"),
 		}},
-		{"a record's lease is not renewed: the backend must complete within the lock TTL", []idempotency.Option{idempotency.WithLockTTL(20 * time.Second)}, []step{
+		{"a record's lease is not renewed: the backend must complete (or renew) within the lock TTL and its grace", []idempotency.Option{idempotency.WithLockTTL(20 * time.Second)}, []step{
 			redeem("open", "a", true, 200, "", "redeemed"),
 			{name: "inside the lease", path: "redeem", tok: "a", advance: 19 * time.Second, wantStatus: 409, wantCode: "request_in_progress"},
-			{name: "after the lease a retry redeems", path: "redeem", tok: "a", record: true, advance: time.Second, wantStatus: 200, wantJSON: "redeemed"},
+			{name: "inside the grace", path: "redeem", tok: "a", advance: 20 * time.Second, wantStatus: 409, wantCode: "request_in_progress"},
+			{name: "after the lease and grace a retry redeems", path: "redeem", tok: "a", record: true, advance: time.Second, wantStatus: 200, wantJSON: "redeemed"},
 			complete("complete", "a", orderPage, 204, ""),
 			replayed("replayed", "a", false, replayedOrderPage),
 		}},
@@ -535,7 +536,7 @@ func TestAPITokenRecordsLease(t *testing.T) {
 			}
 			page := map[string]any{"status": 303, "headers": map[string]string{"Location": "/orders/7"}, "body": ""}
 			first := open()
-			e.advance(21 * time.Second) // the first backend outlives its lease
+			e.advance(41 * time.Second) // the first backend outlives its lease and grace
 			second := open()
 			if second == first {
 				t.Fatal("the reopened record has the first one's lease")

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -41,6 +42,13 @@ var (
 	// ErrBadLease: a lease given to ResumeToken is not one RedeemToken
 	// gave out.
 	ErrBadLease = errors.New("idempotency: malformed lease")
+	// ErrPending: an execution's outcome was not recorded because the
+	// store did not confirm the completion in time; the Keeper holds the
+	// outcome and keeps trying to record it in the background (see
+	// Run.Complete), renewing the lease meanwhile, so duplicates get
+	// ErrInProgress until it lands and then the outcome. The work ran:
+	// report its result.
+	ErrPending = errors.New("idempotency: completion pending")
 	// ErrRolledBack: an execution's work was undone when its outcome was
 	// to be recorded (a transaction that did not commit, see package
 	// idempotency/pgtx): neither the work nor the record happened, and the
@@ -75,8 +83,8 @@ const (
 	// route's max_body, REPLAYGUARD_IDEMPOTENCY_MAX_BODY): 64 MiB.
 	MaxBodyLimit = 64 << 20
 	// MinLockTTL is the shortest lease a configuration should set: the
-	// heartbeat renews it every third of it, and a lease much shorter than
-	// a store round trip would be lost while it runs.
+	// heartbeat renews it every quarter of it, and a lease much shorter
+	// than a store round trip would be lost while it runs.
 	MinLockTTL = time.Second
 )
 
@@ -89,12 +97,17 @@ const finishTimeout = 5 * time.Second
 type Keeper struct {
 	store     store.Store
 	lockTTL   time.Duration
+	grace     time.Duration // 0: one lock TTL
 	retention time.Duration
 	maxBody   int
 	now       func() time.Time
 	onPanic   func(v any)
+	log       *slog.Logger
 	// ticker makes the heartbeat's ticks; tests replace it.
 	ticker func(d time.Duration) (<-chan time.Time, func())
+	// bg holds the completions being retried in the background; every
+	// copy of a Keeper (With) shares it.
+	bg *background
 }
 
 // Option configures a Keeper.
@@ -103,15 +116,44 @@ type Option func(*Keeper)
 // WithLockTTL sets the lease of a processing record: a duplicate arriving
 // while it runs gets ErrInProgress, and if the execution dies without
 // completing or releasing (a crash, a killed process), the record blocks
-// duplicates until the lease ends, after which one retry runs. A
-// heartbeat renews the lease every d/3 while the execution runs, so d
-// bounds how long a crashed execution blocks its key, not how long an
-// execution may take. Defaults to DefaultLockTTL (60s); d <= 0 keeps the
+// duplicates until the lease and its grace (WithGrace) end, after which
+// one retry runs. A heartbeat renews the lease every d/4 while the
+// execution runs, so d bounds how long a crashed execution blocks its
+// key, not how long an execution may take. Defaults to DefaultLockTTL (60s); d <= 0 keeps the
 // default.
 func WithLockTTL(d time.Duration) Option {
 	return func(k *Keeper) {
 		if d > 0 {
 			k.lockTTL = d
+		}
+	}
+}
+
+// WithGrace sets how long a processing record outlives its lease: while
+// the holder's heartbeat cannot reach the store (a stalled or failing
+// store), the record stays and duplicates get ErrInProgress until the
+// lease and the grace have both run out since the last renewal, so that a
+// live holder's completion, retried in the background, lands first. A
+// stall shorter than the grace plus the lease's unexpired part (at least
+// three quarters of it) never lets a second execution run. A holder that
+// really died (a killed process) blocks its key for the lease and the
+// grace, after which one retry runs. Defaults to the lock TTL (one
+// lease); d <= 0 keeps the default.
+func WithGrace(d time.Duration) Option {
+	return func(k *Keeper) {
+		if d > 0 {
+			k.grace = d
+		}
+	}
+}
+
+// WithLogger sets the logger of the background completions: an outcome
+// recorded late, and one given up (with its record key). Defaults to
+// slog.Default().
+func WithLogger(l *slog.Logger) Option {
+	return func(k *Keeper) {
+		if l != nil {
+			k.log = l
 		}
 	}
 }
@@ -168,10 +210,12 @@ func New(st store.Store, opts ...Option) *Keeper {
 		retention: DefaultRetention,
 		maxBody:   DefaultMaxBody,
 		now:       time.Now,
+		log:       slog.Default(),
 		ticker: func(d time.Duration) (<-chan time.Time, func()) {
 			t := time.NewTicker(d)
 			return t.C, t.Stop
 		},
+		bg: newBackground(),
 	}
 	return k.apply(opts)
 }
@@ -196,6 +240,19 @@ func (k *Keeper) MaxBody() int { return k.maxBody }
 
 // LockTTL returns the lease of a processing record.
 func (k *Keeper) LockTTL() time.Duration { return k.lockTTL }
+
+// Grace returns how long a processing record outlives its lease (see
+// WithGrace).
+func (k *Keeper) Grace() time.Duration {
+	if k.grace > 0 {
+		return k.grace
+	}
+	return k.lockTTL
+}
+
+// recordTTL is what the store is told a processing record lives for: the
+// lease and the grace.
+func (k *Keeper) recordTTL() time.Duration { return k.lockTTL + k.Grace() }
 
 // Retention returns how long a completed record is kept.
 func (k *Keeper) Retention() time.Duration { return k.retention }
@@ -227,6 +284,7 @@ type Run struct {
 	lease   string // a Detached run's lease, for ResumeToken
 	notHeld error  // the error of Complete and Release when the record is gone
 	onLost  func()
+	beating bool // renewed by a heartbeat: a failed completion is retried in the background
 	stop    chan struct{}
 	done    chan struct{}
 	endOnce sync.Once
@@ -264,7 +322,7 @@ func (k *Keeper) start(ctx context.Context, key, fingerprint string, onLost func
 		return nil, Outcome{}, err
 	}
 	expires := k.now().Add(k.lockTTL)
-	rec, acquired, err := k.store.Acquire(ctx, key, fingerprint, owner, k.lockTTL)
+	rec, acquired, err := k.store.Acquire(ctx, key, fingerprint, owner, k.recordTTL())
 	if err != nil {
 		return nil, Outcome{}, err
 	}
@@ -291,7 +349,7 @@ func newOwner() (string, error) {
 // leased until expires.
 func (k *Keeper) newRun(key, owner string, expires time.Time, onLost func()) *Run {
 	r := k.detachedRun(key, owner, expires, ErrLeaseLost)
-	r.onLost, r.done = onLost, make(chan struct{})
+	r.onLost, r.done, r.beating = onLost, make(chan struct{}), true
 	go r.heartbeat()
 	return r
 }
@@ -324,9 +382,11 @@ func found(rec store.Record) (Outcome, error) {
 	return out, nil
 }
 
-// heartbeat renews the lease every lockTTL/3 until the run ends or the
-// lease is found lost. A renewal that fails with an error is retried at
-// the next tick: the lease still has two thirds of its time.
+// heartbeat renews the lease every lockTTL/4 until the
+// run ends or the lease is found lost. A renewal that fails with an error
+// is tried again soon (from 50ms, doubling up to the tick), so that the
+// first renewal after a stalled store comes back lands within a round
+// trip: the record then still has its grace.
 func (r *Run) heartbeat() {
 	defer close(r.done)
 	if f := r.k.onPanic; f != nil {
@@ -337,23 +397,34 @@ func (r *Run) heartbeat() {
 			}
 		}()
 	}
-	every := max(r.k.lockTTL/3, time.Millisecond)
+	every := max(r.k.lockTTL/4, time.Millisecond)
 	ticks, stop := r.k.ticker(every)
 	defer stop()
+	const firstRetry = 50 * time.Millisecond
+	backoff := firstRetry
+	var retry <-chan time.Time
 	for {
 		select {
 		case <-r.stop:
 			return
 		case <-ticks:
+		case <-retry:
 		}
+		retry = nil
 		ctx, cancel := context.WithTimeout(context.Background(), every)
-		ok, err := r.k.store.Renew(ctx, r.key, r.owner, r.k.lockTTL)
+		ok, err := r.k.store.Renew(ctx, r.key, r.owner, r.k.recordTTL())
 		cancel()
-		if err == nil && !ok {
+		switch {
+		case err == nil && !ok:
 			if r.onLost != nil {
 				r.onLost()
 			}
 			return
+		case err != nil:
+			retry = time.After(min(backoff, every))
+			backoff *= 2
+		default:
+			backoff = firstRetry
 		}
 	}
 }
@@ -364,32 +435,43 @@ func (r *Run) end() {
 	<-r.done
 }
 
-// Complete stops the heartbeat and turns the record into a completed one
-// holding out, kept for the Keeper's retention; every duplicate from now
-// on gets out. A body over the cap is left out (BodyOmitted), so
+// Complete turns the record into a completed one holding out, kept for
+// the Keeper's retention, and stops the heartbeat; every duplicate from
+// now on gets out. A body over the cap is left out (BodyOmitted), so
 // duplicates get ErrNotStored; a caller that streams a result it cannot
 // store sets BodyOmitted itself. So is an outcome a bounded store has no
-// room for (store.ErrFull): the record completes without it. It runs even when ctx is done, since the
-// work it records has happened, bounded by five seconds. It returns
-// ErrLeaseLost (ErrNotProcessing for a Run from ResumeToken) when the
-// record expired or was taken over first, and the store's error (wrapping
-// store.ErrUnavailable) when the store did not confirm: the record then
-// stays processing until its lease ends.
+// room for (store.ErrFull): the record completes without it. It runs even
+// when ctx is done, since the work it records has happened, bounded by
+// five seconds and the store's own deadline.
+//
+// When the store does not confirm (an error wrapping
+// store.ErrUnavailable), a Run with a heartbeat (from Start, Do or a
+// Record-mode RedeemToken) does not give up on the outcome it holds:
+// Complete returns ErrPending at once, and the Keeper keeps trying in the
+// background, with backoff, while the heartbeat keeps the lease alive,
+// for up to the retention (at least the lease and grace). Duplicates get
+// ErrInProgress until it lands. Keeper.Pending counts these completions,
+// Keeper.GivenUp those it could not record, and Keeper.Shutdown waits for
+// them. A Run from a Detached redemption or ResumeToken returns the
+// store's error instead: its caller, another request, retries.
+//
+// It returns ErrLeaseLost (ErrNotProcessing for a Run from ResumeToken)
+// when the record expired or was taken over first.
 func (r *Run) Complete(ctx context.Context, out Outcome) error {
-	r.end()
 	if len(out.Body) > r.k.maxBody {
 		out.Body, out.BodyOmitted = nil, true
 	}
+	if !r.beating {
+		r.end()
+	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finishTimeout)
 	defer cancel()
-	ok, err := r.k.store.Complete(ctx, r.key, r.owner, encodeOutcome(out), r.k.retention)
-	if errors.Is(err, store.ErrFull) && !out.BodyOmitted {
-		// A bounded store has no room for the response: record that it
-		// ran, without what it answered, rather than leave the record to
-		// its lease and let a retry run it again.
-		out = Outcome{Status: out.Status, BodyOmitted: true}
-		ok, err = r.k.store.Complete(ctx, r.key, r.owner, encodeOutcome(out), r.k.retention)
+	data, ok, err := r.complete(ctx, out)
+	if err != nil && r.beating && errors.Is(err, store.ErrUnavailable) && r.k.bg.add() {
+		go r.completeLater(data, out.Status, err)
+		return fmt.Errorf("%w: the store did not confirm the completion (%v); it is retried in the background", ErrPending, err)
 	}
+	r.end()
 	switch {
 	case err != nil:
 		return err
@@ -397,6 +479,22 @@ func (r *Run) Complete(ctx context.Context, out Outcome) error {
 		return r.notHeld
 	}
 	return nil
+}
+
+// complete asks the store once to complete the record with out, and again
+// without the body when a bounded store has no room for it. It returns
+// the encoded outcome it asked for last.
+func (r *Run) complete(ctx context.Context, out Outcome) ([]byte, bool, error) {
+	data := encodeOutcome(out)
+	ok, err := r.k.store.Complete(ctx, r.key, r.owner, data, r.k.retention)
+	if errors.Is(err, store.ErrFull) && !out.BodyOmitted {
+		// A bounded store has no room for the response: record that it
+		// ran, without what it answered, rather than leave the record to
+		// its lease and let a retry run it again.
+		data = encodeOutcome(Outcome{Status: out.Status, BodyOmitted: true})
+		ok, err = r.k.store.Complete(ctx, r.key, r.owner, data, r.k.retention)
+	}
+	return data, ok, err
 }
 
 // Release stops the heartbeat and deletes the record, so that a retry
@@ -443,9 +541,9 @@ func (r *Run) Abandon() {
 // then:
 //
 //   - fn returns a nil error: the outcome is recorded (Complete) and
-//     returned with replayed false; if recording fails, the outcome is
-//     returned with that error (the work happened, but a duplicate after
-//     the lease may run it again);
+//     returned with replayed false; if the store does not confirm, the
+//     outcome is returned with ErrPending and recorded in the background
+//     (see Run.Complete): the work happened, report it;
 //   - fn returns an error: the record is released, so a retry runs, and
 //     fn's outcome and error are returned as they are (joined with the
 //     release's error when that fails too);

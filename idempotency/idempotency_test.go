@@ -277,6 +277,10 @@ func TestLeaseExpiryLetsOneRetryRun(t *testing.T) {
 		t.Fatalf("inside the lease: err = %v, want ErrInProgress", err)
 	}
 	clk.Advance(time.Minute)
+	if _, _, err := k.Start(ctx, "key", "fp"); !errors.Is(err, idempotency.ErrInProgress) {
+		t.Fatalf("inside the grace after the lease: err = %v, want ErrInProgress", err)
+	}
+	clk.Advance(time.Minute) // the lease and the grace (one lease by default)
 
 	const n = 10
 	runs := make(chan *idempotency.Run, n)

@@ -22,7 +22,9 @@ const (
 	Record
 	// Detached opens the token's record for an execution that ends in
 	// another request, which names the Run's Lease to ResumeToken. The
-	// lease is not renewed: it ends after the Keeper's lock TTL.
+	// lease is not renewed by a heartbeat: it ends after the Keeper's lock
+	// TTL unless that request renews it (Run.Renew), and the record
+	// outlives it by the grace (WithGrace).
 	Detached
 )
 
@@ -75,7 +77,7 @@ func (k *Keeper) RedeemToken(ctx context.Context, tokens *token.Service, tok, pu
 		return Redemption{}, err
 	}
 	expires := k.now().Add(k.lockTTL)
-	c, rec, recorded, err := tokens.RedeemRecord(ctx, tok, purpose, subject, owner, k.lockTTL)
+	c, rec, recorded, err := tokens.RedeemRecord(ctx, tok, purpose, subject, owner, k.recordTTL())
 	if err != nil {
 		return Redemption{}, err
 	}

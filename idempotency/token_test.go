@@ -237,6 +237,7 @@ func TestDetachedRedemption(t *testing.T) {
 		return func(r *idempotency.Run) error { return r.Complete(ctx, out) }
 	}
 	release := func(r *idempotency.Run) error { return r.Release(ctx) }
+	renew := func(r *idempotency.Run) error { _, err := r.Renew(ctx); return err }
 	itsLease := func(f *detached) string { return f.lease }
 	otherLease := func(*detached) string { return strings.Repeat("0", 32) }
 	anyLease := func(*detached) string { return "" }
@@ -267,11 +268,28 @@ func TestDetachedRedemption(t *testing.T) {
 			{name: "complete", do: finish(anyLease, completeWith(seeOther))},
 			{name: "replayed", do: open(idempotency.NoRecord), wantReplayed: true, wantOut: seeOther},
 		}},
-		{"without a heartbeat the lease ends after the lock TTL", []call{
+		{"without a heartbeat the lease ends after the lock TTL and the grace", []call{
 			{name: "open", do: open(idempotency.Detached), wantRun: true},
 			{name: "inside the lease", do: open(idempotency.Detached), wantErr: idempotency.ErrInProgress, advance: 59 * time.Second},
-			{name: "complete after the lease", do: finish(itsLease, completeWith(seeOther)), wantErr: idempotency.ErrNotProcessing, advance: time.Second},
+			{name: "inside the grace", do: open(idempotency.Detached), wantErr: idempotency.ErrInProgress, advance: 60 * time.Second},
+			{name: "complete after the grace", do: finish(itsLease, completeWith(seeOther)), wantErr: idempotency.ErrNotProcessing, advance: time.Second},
 			{name: "a retry redeems", do: open(idempotency.Detached), wantRun: true},
+		}},
+		{"a completion inside the grace lands", []call{
+			{name: "open", do: open(idempotency.Detached), wantRun: true},
+			{name: "complete after the lease", do: finish(itsLease, completeWith(seeOther)), advance: 90 * time.Second},
+			{name: "a duplicate is answered", do: open(idempotency.NoRecord), wantReplayed: true, wantOut: seeOther},
+		}},
+		{"a renewal keeps the lease", []call{
+			{name: "open", do: open(idempotency.Detached), wantRun: true},
+			{name: "renew", do: finish(itsLease, renew), advance: 50 * time.Second},
+			{name: "renew again", do: finish(itsLease, renew), advance: 50 * time.Second},
+			{name: "inside the renewed lease and grace", do: open(idempotency.Detached), wantErr: idempotency.ErrInProgress, advance: 110 * time.Second},
+			{name: "complete", do: finish(itsLease, completeWith(seeOther))},
+		}},
+		{"a renewal after the grace is refused", []call{
+			{name: "open", do: open(idempotency.Detached), wantRun: true},
+			{name: "renew", do: finish(itsLease, renew), wantErr: idempotency.ErrNotProcessing, advance: 2 * time.Minute},
 		}},
 		{"complete with a body over the cap", []call{
 			{name: "open", do: open(idempotency.Detached), wantRun: true},

@@ -33,6 +33,7 @@ func registered(t *testing.T) map[string]*dto.MetricFamily {
 	m.SignatureVerification("verified")
 	m.Request("/v1/tokens", "POST", 201, time.Millisecond)
 	m.WebhookDelivery("standard", "verified")
+	m.Completions(func() int { return 0 }, func() int64 { return 0 })
 	families, err := m.Registry.Gather()
 	if err != nil {
 		t.Fatal(err)

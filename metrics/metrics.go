@@ -214,6 +214,28 @@ func (s *instrumentedLimiter) Allow(ctx context.Context, key string, l store.Lim
 	return ok, retry, err
 }
 
+// Completions reports, at every scrape, the idempotency completions that
+// the store did not confirm at first (idempotency.Run.Complete):
+// replayguard_idempotency_completions_pending, those being retried in the
+// background now (pending is idempotency.Keeper.Pending), and
+// replayguard_idempotency_completions_given_up_total, those never recorded
+// (givenUp is idempotency.Keeper.GivenUp): their work ran, and once the
+// lease and grace end one retry may run it again. A nil m does nothing.
+func (m *Metrics) Completions(pending func() int, givenUp func() int64) {
+	if m == nil {
+		return
+	}
+	m.Registry.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "replayguard_idempotency_completions_pending",
+			Help: "Idempotency outcomes the store did not confirm at first, being recorded in the background now.",
+		}, func() float64 { return float64(pending()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "replayguard_idempotency_completions_given_up_total",
+			Help: "Idempotency outcomes never recorded: the work ran, and once the lease and grace end one retry may run it again.",
+		}, func() float64 { return float64(givenUp()) }))
+}
+
 // usageCollector reports a bounded store's usage at every scrape.
 type usageCollector struct{ st store.Usager }
 

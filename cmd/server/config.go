@@ -49,6 +49,7 @@ type config struct {
 	ReplayWindow time.Duration
 	// Idempotency records (the gateway's, and later the API's).
 	IdempotencyLockTTL   time.Duration
+	IdempotencyGrace     time.Duration // 0: one lock TTL
 	IdempotencyRetention time.Duration
 	IdempotencyMaxBody   int
 	PerCaller            int                        // records per caller and retention; -1: auto
@@ -213,6 +214,17 @@ var settings = []setting{
 		func(c *config, v string) (err error) {
 			if c.IdempotencyLockTTL, err = parseDuration(v); err == nil && c.IdempotencyLockTTL < idempotency.MinLockTTL {
 				err = fmt.Errorf("must be at least %v", idempotency.MinLockTTL)
+			}
+			return err
+		}},
+	{"REPLAYGUARD_IDEMPOTENCY_GRACE", "idempotency-grace", "", "how long a processing record outlives its lease, so that a holder the store stalled completes first (duplicates get 409 meanwhile); a holder that died blocks its key for the lease and the grace; empty: one lock TTL", false,
+		func(c *config, v string) (err error) {
+			if v == "" {
+				c.IdempotencyGrace = 0
+				return nil
+			}
+			if c.IdempotencyGrace, err = parseDuration(v); err == nil && c.IdempotencyGrace <= 0 {
+				err = errors.New("must be positive")
 			}
 			return err
 		}},

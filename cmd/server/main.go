@@ -193,9 +193,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, out io.
 	// settings with Keeper.With.
 	keeper := idempotency.New(testStore(inst),
 		idempotency.WithPanicHandler(onPanic),
+		idempotency.WithLogger(log),
 		idempotency.WithLockTTL(cfg.IdempotencyLockTTL),
+		idempotency.WithGrace(cfg.IdempotencyGrace),
 		idempotency.WithRetention(cfg.IdempotencyRetention),
 		idempotency.WithMaxBody(cfg.IdempotencyMaxBody))
+	m.Completions(keeper.Pending, keeper.GivenUp)
 	opts = append(opts, handlers.WithRecords(keeper))
 	engine, err := handlers.New(svc, opts...).Engine()
 	if err != nil {
@@ -283,6 +286,14 @@ func run(ctx context.Context, args []string, getenv func(string) string, out io.
 	if err := srv.Shutdown(sctx); err != nil {
 		log.Warn("drain incomplete; closing open connections", "error", err.Error())
 		_ = srv.Close()
+	}
+	// Outcomes the store did not confirm are retried in the background;
+	// they get what is left of the same time (each one given up is logged).
+	if n := keeper.Pending(); n > 0 {
+		log.Info("shutting down: recording the outcomes the store has not confirmed yet", "pending", n)
+	}
+	if err := keeper.Shutdown(sctx); err != nil {
+		log.Error("outcomes not recorded at shutdown: once their lease and grace end, one retry of each may run again", "error", err.Error())
 	}
 	log.Info("replayguard stopped")
 	return nil
