@@ -224,6 +224,17 @@ type Record struct {
 	// Response is a completed record's stored outcome, opaque to the store.
 	// It is the caller's own copy.
 	Response []byte
+	// Created is when the record was opened (by Acquire, or by Redeem for
+	// a token's record), on the store's clock; Renew and Complete keep it.
+	// Lookup sets it; the other methods leave it zero. It is zero, too,
+	// for a record opened before the store kept it (a PostgreSQL row from
+	// before its migration 002, a Redis record opened by an earlier
+	// release).
+	Created time.Time
+	// Expires is when the record ends unless it is renewed: the lease's
+	// end while processing, the retention's end once completed, on the
+	// store's clock. Lookup sets it; the other methods leave it zero.
+	Expires time.Time
 }
 
 // Usage is what a bounded store holds against its bounds (see Usager).
