@@ -92,7 +92,7 @@ type deps struct {
 	tokens *token.Service
 }
 
-func newDeps(t *testing.T) deps {
+func newDeps(t testing.TB) deps {
 	t.Helper()
 	st := memory.New()
 	t.Cleanup(func() { _ = st.Close() })
