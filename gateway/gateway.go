@@ -82,6 +82,15 @@ type Gateway struct {
 	hostRoutes bool
 	tracer     trace.Tracer                  // WithTracerProvider; nil: not traced
 	prop       propagation.TextMapPropagator // WithPropagator
+
+	// folded holds the routes under their folded patterns (foldPattern),
+	// to match the other spellings of their paths (foldPath); the
+	// pattern it answers with is a key of foldedRoutes. foldSame: every
+	// pattern is its own folded pattern, so a path that is its own
+	// folded spelling needs no second lookup.
+	folded       *http.ServeMux
+	foldedRoutes map[string]*route
+	foldSame     bool
 }
 
 // Option configures a Gateway.
@@ -256,6 +265,8 @@ func New(upstream *url.URL, routes []Route, opts ...Option) (*Gateway, error) {
 	g := &Gateway{
 		upstream: upstream,
 		mux:      http.NewServeMux(),
+		folded:   http.NewServeMux(),
+		foldSame: true,
 		window:   guard.DefaultFingerprintWindow,
 		timeout:  DefaultTimeout,
 		log:      slog.Default(),
@@ -292,9 +303,19 @@ func New(upstream *url.URL, routes []Route, opts ...Option) (*Gateway, error) {
 		} else if h, err = g.policy(rt); err != nil {
 			return nil, fmt.Errorf("gateway: routes[%d] %q: %w", i, rt.Match, err)
 		}
-		if err := register(g.mux, rt.Match, &route{Route: rt, handler: h}); err != nil {
+		rr := &route{Route: rt, handler: h}
+		if err := register(g.mux, rt.Match, rr); err != nil {
 			return nil, fmt.Errorf("gateway: routes[%d]: %w", i, describeRegisterError(err, rt, routes[:i]))
 		}
+		fp, err := registerFolded(g.folded, rt, routes[:i], rr)
+		if err != nil {
+			return nil, fmt.Errorf("gateway: routes[%d]: %w", i, err)
+		}
+		if g.foldedRoutes == nil {
+			g.foldedRoutes = make(map[string]*route)
+		}
+		g.foldedRoutes[fp] = rr
+		g.foldSame = g.foldSame && fp == rt.Match
 		g.hostRoutes = g.hostRoutes || patternHost(rt.Match) != ""
 		if rt.FailOpen {
 			g.log.Warn("gateway: a route fails open: while the store cannot be reached, its requests reach the app without a record, so duplicates run again",
@@ -321,12 +342,22 @@ func (rt *route) ServeHTTP(w http.ResponseWriter, r *http.Request) { rt.handler.
 // redirect to a routed pattern (dot segments, repeated slashes, a
 // subtree's path without its trailing slash), and a path whose
 // percent-decoded form is, or cleans to, a routed one (%2e%2e, %2F).
-// Spellings that servers read in ways of their own, where redirecting
-// would mean guessing the app's reading, are refused with 400
-// invalid_request before routing, routed or not (checkTarget): a
-// malformed Host, a missing one when a route has a host pattern, and a
-// backslash, semicolon, double-encoded dot, slash, backslash or
-// semicolon, or control character in the path. Host patterns match
+// A path that frameworks map onto a route in other ways is matched as
+// that route, and reaches the app as sent once its policy lets it
+// through (foldPath): in any case (Express, ASP.NET), with a trailing
+// slash (Express, Rails), a .ext suffix (Rails' format), trailing dots
+// or spaces on a segment (Windows), compatibility characters (NFKC:
+// ／admin), deeper percent-encoding (%256F), or an encoded ? or #. A path
+// that is one route as sent and another such spelling is refused
+// (errAmbiguous). Spellings that servers read in ways of their own,
+// where matching or redirecting would mean guessing the app's reading,
+// are refused with 400 invalid_request, routed or not (checkTarget,
+// foldPath): a malformed Host, a missing one when a route has a host
+// pattern, and a backslash, semicolon, double-encoded dot, slash,
+// backslash or semicolon, or control character in the path (also as
+// NFKC lookalikes such as ＼, or encoded deeper), a path that is not
+// UTF-8 once decoded (the overlong %c0%af), and a segment of only dots
+// and spaces other than . and .. (...). Host patterns match
 // whatever the case of the Host header and with a trailing dot
 // (SHOP.TEST, shop.test.), as DNS resolves and virtual hosts match them
 // alike; the app gets the Host as sent in X-Forwarded-Host.
@@ -341,8 +372,11 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		r = r.WithContext(r.Context())
 		r.Method = m
 	}
-	rt, pattern, redirect := g.match(r)
+	rt, pattern, redirect, err := g.match(r)
 	switch {
+	case err != nil:
+		metrics.SetRoute(r.Context(), metrics.RouteRefused)
+		problem.Write(w, err)
 	case redirect != nil:
 		metrics.SetRoute(r.Context(), metrics.RouteRedirect)
 		redirect.ServeHTTP(w, r)
@@ -371,39 +405,62 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // front of it, such as nginx) may decode %2e%2e or %2F before it resolves
 // dot segments: so the decoded path, escaped again, is looked up too, and
 // a request whose decoded path is routed or redirected to a route is
-// redirected there. ServeMux compares hosts exactly (ignoring the port),
-// so the lookups see the Host in canonical form (canonicalHost).
-func (g *Gateway) match(r *http.Request) (rt *route, pattern string, redirect http.Handler) {
+// redirected there. Every other spelling of a route's path is found in
+// the folded mux, under its folded path (foldPath) or that path without
+// a .ext suffix (extCuts); a path routed as sent is looked up there too,
+// and refused when it is the spelling of another route. ServeMux
+// compares hosts exactly (ignoring the port), so the lookups see the
+// Host in canonical form (canonicalHost).
+func (g *Gateway) match(r *http.Request) (rt *route, pattern string, redirect http.Handler, err error) {
 	if host := canonicalHost(r.Host); host != r.Host {
 		r = r.WithContext(r.Context())
 		r.Host = host
 	}
 	h, pattern := g.mux.Handler(r)
-	if rt, ok := h.(*route); ok {
-		return rt, pattern, nil
-	}
+	rt, _ = h.(*route)
 	if r.Method == http.MethodConnect {
-		return nil, "", nil
+		if rt == nil {
+			pattern = ""
+		}
+		return rt, pattern, nil, nil
+	}
+	key, err := foldPath(r.URL.Path)
+	if err != nil {
+		return nil, "", nil, err
+	}
+	var spelled *route
+	if _, cuts := extCuts(key); !g.foldSame || key != r.URL.Path || cuts > 0 {
+		if spelled, err = g.spelled(r, key); err != nil {
+			return nil, "", nil, err
+		}
+	}
+	if rt != nil {
+		if spelled != nil && spelled != rt {
+			return nil, "", nil, errAmbiguous
+		}
+		return rt, pattern, nil, nil
 	}
 	if pattern != "" {
-		return nil, "", h
+		return nil, "", h, nil
 	}
 	decoded := &url.URL{Path: r.URL.Path, RawQuery: r.URL.RawQuery}
-	if decoded.EscapedPath() == r.URL.EscapedPath() {
-		return nil, "", nil
+	if decoded.EscapedPath() != r.URL.EscapedPath() {
+		r2 := r.WithContext(r.Context())
+		r2.URL = decoded
+		h, pattern = g.mux.Handler(r2)
+		if _, ok := h.(*route); ok {
+			// The decoded path is routed, hence canonical: a Location
+			// that cannot start with //.
+			return nil, "", http.RedirectHandler(decoded.String(), http.StatusTemporaryRedirect), nil
+		}
+		if pattern != "" {
+			return nil, "", h, nil
+		}
 	}
-	r2 := r.WithContext(r.Context())
-	r2.URL = decoded
-	h, pattern = g.mux.Handler(r2)
-	if _, ok := h.(*route); ok {
-		// The decoded path is routed, hence canonical: a Location
-		// that cannot start with //.
-		return nil, "", http.RedirectHandler(decoded.String(), http.StatusTemporaryRedirect)
+	if spelled != nil {
+		return spelled, spelled.Match, nil, nil
 	}
-	if pattern != "" {
-		return nil, "", h
-	}
-	return nil, "", nil
+	return nil, "", nil, nil
 }
 
 // canonicalHost is host (a Host header: a name or IP literal with an
