@@ -68,9 +68,12 @@
 // Requests that match no route pass through without a policy. Client-sent
 // Replayguard-Token-Id, Replayguard-Client-Key-Id and
 // Replayguard-Webhook-Id headers are removed from every request
-// (StripVerifiedHeaders), and ReverseProxy removes
-// hop-by-hop headers and client-sent X-Forwarded-* and Forwarded headers;
-// the gateway sets X-Forwarded-For, -Host and -Proto itself. When the app
+// (StripVerifiedHeaders), and so are hop-by-hop headers and client-sent
+// X-Forwarded-For, -Host and -Proto, Forwarded, X-Real-IP and
+// True-Client-IP (which chi's RealIP believes first), in any case and
+// with underscores for hyphens; the gateway sets X-Forwarded-For, -Host
+// and -Proto and X-Real-IP (the client IP, as in X-Forwarded-For)
+// itself. When the app
 // cannot be reached or does not answer within WithTimeout, the answer is
 // 502 upstream_unavailable. The gateway speaks HTTP/1.1 to the app. A
 // request whose method is not GET, HEAD, OPTIONS or TRACE is sent again

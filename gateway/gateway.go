@@ -11,6 +11,7 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"os"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -490,6 +491,46 @@ func StripVerifiedHeaders(h http.Header) {
 	}
 }
 
+// clientAddressHeaders are the headers through which apps and their
+// middleware learn the client's address, host and scheme from a proxy in
+// front (chi's RealIP believes True-Client-IP, then X-Real-IP, then
+// X-Forwarded-For), in lowercase with hyphens.
+var clientAddressHeaders = []string{"x-forwarded-for", "x-forwarded-host", "x-forwarded-proto", "forwarded", "x-real-ip", "true-client-ip"}
+
+// stripClientAddress removes client-sent clientAddressHeaders from h in
+// every spelling an app might read as them: any case, and with
+// underscores for hyphens (X_Real_IP is HTTP_X_REAL_IP to PHP, Rack and
+// WSGI), which ReverseProxy leaves (it removes the canonical
+// X-Forwarded-* and Forwarded only).
+func stripClientAddress(h http.Header) {
+	for name := range h {
+		if slices.ContainsFunc(clientAddressHeaders, func(want string) bool { return sameHeader(name, want) }) {
+			delete(h, name)
+		}
+	}
+}
+
+// sameHeader reports whether header name is want (lowercase, with
+// hyphens) in any case, with underscores for hyphens.
+func sameHeader(name, want string) bool {
+	if len(name) != len(want) {
+		return false
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		switch {
+		case 'A' <= c && c <= 'Z':
+			c += 'a' - 'A'
+		case c == '_':
+			c = '-'
+		}
+		if c != want[i] {
+			return false
+		}
+	}
+	return true
+}
+
 // policy builds the handler chain of a route: its policy's middleware
 // around the proxy.
 func (g *Gateway) policy(rt Route) (http.Handler, error) {
@@ -715,8 +756,9 @@ func neverSent(method string, err error) bool {
 type noFlush struct{ http.ResponseWriter }
 
 // rewrite builds the request to the app: the upstream's URL, the
-// X-Forwarded-* headers from what the gateway saw (client-sent ones and
-// Forwarded were removed by ReverseProxy), the verified facts, and the
+// X-Forwarded-* and X-Real-IP headers from what the gateway saw
+// (client-sent ones, and Forwarded and True-Client-IP, are removed in
+// every spelling: stripClientAddress), the verified facts, and the
 // request ID. A request whose method is not safe is made one the
 // transport never resends (sendOnce).
 func (g *Gateway) rewrite(pr *httputil.ProxyRequest) {
@@ -724,9 +766,11 @@ func (g *Gateway) rewrite(pr *httputil.ProxyRequest) {
 	if !safeMethod(pr.Out.Method) {
 		sendOnce(pr.Out)
 	}
+	stripClientAddress(pr.Out.Header)
 	pr.SetXForwarded()
 	if ip := g.clientIP(pr.In); ip != "" {
 		pr.Out.Header.Set("X-Forwarded-For", ip)
+		pr.Out.Header.Set("X-Real-IP", ip)
 	} else {
 		pr.Out.Header.Del("X-Forwarded-For")
 	}

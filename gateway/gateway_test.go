@@ -338,7 +338,9 @@ func TestHeaderHygiene(t *testing.T) {
 		t.Fatal(err)
 	}
 	headers := append(append(append([]string{}, spoofs...), hopByHop...),
-		"X-Forwarded-For", "6.6.6.6", "X-Forwarded-Host", "evil.test", "X-Forwarded-Proto", "https", "Forwarded", "for=6.6.6.6")
+		"X-Forwarded-For", "6.6.6.6", "X-Forwarded-Host", "evil.test", "X-Forwarded-Proto", "https", "Forwarded", "for=6.6.6.6",
+		"X-Real-IP", "6.6.6.1", "x-real-ip", "6.6.6.2", "X_Real_IP", "6.6.6.3", "True-Client-IP", "6.6.6.4", "true_client_ip", "6.6.6.5",
+		"X_Forwarded_For", "6.6.6.6", "x_forwarded_host", "evil.test", "X_FORWARDED_PROTO", "https")
 	tests := []struct {
 		name    string
 		req     *http.Request
@@ -382,6 +384,15 @@ func TestHeaderHygiene(t *testing.T) {
 			}
 			if xff := h.Get("X-Forwarded-For"); xff != "127.0.0.1" {
 				t.Errorf("X-Forwarded-For = %q, want the peer 127.0.0.1 only", xff)
+			}
+			if xri := h.Values("X-Real-Ip"); len(xri) != 1 || xri[0] != "127.0.0.1" {
+				t.Errorf("X-Real-IP = %q, want the peer 127.0.0.1 only", xri)
+			}
+			for name, vs := range h {
+				n := strings.ReplaceAll(strings.ToLower(name), "_", "-")
+				if n == "true-client-ip" || strings.Contains(name, "_") && (strings.HasPrefix(n, "x-forwarded-") || n == "x-real-ip") {
+					t.Errorf("the app got the client's %s: %q", name, vs)
+				}
 			}
 			if xfh, xfp := h.Get("X-Forwarded-Host"), h.Get("X-Forwarded-Proto"); xfh != strings.TrimPrefix(gw.URL, "http://") || xfp != "http" {
 				t.Errorf("X-Forwarded-Host, -Proto = %q, %q: want what the gateway saw", xfh, xfp)
