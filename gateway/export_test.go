@@ -19,3 +19,18 @@ func ExtCuts(p string) []string {
 	cut, n := extCuts(p)
 	return cut[:n]
 }
+
+// Match returns the pattern of r's route in g, "redirect", or "" when
+// r passes through or is refused.
+func Match(g *Gateway, r *http.Request) string {
+	rt, pattern, redirect, err := g.match(r)
+	switch {
+	case err != nil:
+		return ""
+	case redirect != nil:
+		return "redirect"
+	case rt == nil:
+		return ""
+	}
+	return pattern
+}

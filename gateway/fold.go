@@ -55,8 +55,8 @@ func foldPath(path string) (string, error) {
 		return path, nil
 	}
 	p, err := decodeFold(path)
-	if err != nil {
-		return "", err
+	if err != nil || isFolded(p) {
+		return p, err
 	}
 	out := make([]byte, 0, len(p))
 	rest := p[1:]
@@ -219,8 +219,8 @@ func extCuts(p string) (cut [2]string, n int) {
 	if first < 0 {
 		return cut, 0
 	}
-	for _, i := range []int{lead + first, strings.LastIndexByte(last, '.')} {
-		c := p[:start] + strings.TrimRight(last[:i], ". ")
+	for _, i := range [...]int{lead + first, strings.LastIndexByte(last, '.')} {
+		c := p[:start+len(strings.TrimRight(last[:i], ". "))] // a prefix: no copy
 		if n == 0 || c != cut[0] {
 			cut[n] = c
 			n++
@@ -285,16 +285,70 @@ func foldPattern(pattern string) (string, error) {
 	return b.String(), nil
 }
 
-// spelled returns the route whose pattern matches folded path key (from
-// foldPath) or one of its extCuts in the folded mux, for r's method and
-// host; errAmbiguous when they match different routes.
-func (g *Gateway) spelled(r *http.Request, key string) (*route, error) {
-	fr := &http.Request{Method: r.Method, Host: r.Host, URL: &url.URL{Path: key}}
-	found := g.foldedRoute(fr)
+// spellings holds the routes under their folded patterns (foldPattern),
+// to find the route of a path's other spellings (foldPath). The zero
+// value has no routes.
+type spellings struct {
+	mux    *http.ServeMux
+	routes map[string]*route // by folded pattern: what mux answers with
+	// changed: a pattern is not its own folded pattern; while none is,
+	// a path that is its own folded spelling matches as it is matched.
+	changed bool
+	// first holds the first path segments of the folded patterns, so
+	// that a path no pattern can match is not looked up; anyFirst: a
+	// pattern's first segment is a wildcard, or it is the root's.
+	first    map[string]bool
+	anyFirst bool
+}
+
+// add adds rt, served by rr, under its folded pattern (registerFolded;
+// before are the routes added so far, for its errors).
+func (s *spellings) add(rt Route, before []Route, rr *route) error {
+	if s.mux == nil {
+		s.mux, s.routes, s.first = http.NewServeMux(), make(map[string]*route), make(map[string]bool)
+	}
+	fp, err := registerFolded(s.mux, rt, before, rr)
+	if err != nil {
+		return err
+	}
+	s.routes[fp] = rr
+	s.changed = s.changed || fp != rt.Match
+	path := fp[strings.IndexByte(fp, '/'):] // a valid pattern has one
+	seg, _, _ := strings.Cut(path[1:], "/")
+	if seg == "" || strings.HasPrefix(seg, "{") {
+		s.anyFirst = true
+	} else if lit, err := url.PathUnescape(seg); err == nil {
+		s.first[lit] = true
+	}
+	return nil
+}
+
+// route returns the route whose folded pattern matches key, r's path
+// folded (foldPath), or one of its extCuts, for r's method and host (in
+// canonical form); errAmbiguous when they match different routes. A path
+// that is its own folded spelling and has no .ext suffix is not looked
+// up while every pattern is its own folded pattern: the routes' own
+// ServeMux matches it alike.
+func (s *spellings) route(r *http.Request, key string) (*route, error) {
+	if s.mux == nil || key == "" || key[0] != '/' {
+		return nil, nil
+	}
 	cuts, n := extCuts(key)
-	for _, c := range cuts[:n] {
-		fr.URL.Path = c
-		rt := g.foldedRoute(fr)
+	if !s.changed && n == 0 && key == r.URL.Path {
+		return nil, nil
+	}
+	var fr *http.Request
+	var found *route
+	paths := [...]string{key, cuts[0], cuts[1]}
+	for _, p := range paths[:n+1] {
+		if !s.mayMatch(p) {
+			continue
+		}
+		if fr == nil {
+			fr = &http.Request{Method: r.Method, Host: r.Host, URL: &url.URL{}}
+		}
+		fr.URL.Path = p
+		rt := s.lookup(fr)
 		if rt == nil {
 			continue
 		}
@@ -306,15 +360,25 @@ func (g *Gateway) spelled(r *http.Request, key string) (*route, error) {
 	return found, nil
 }
 
-// foldedRoute is the route the folded mux gives fr: the one it matches,
-// or the one it redirects to (a subtree's path without its slash).
-func (g *Gateway) foldedRoute(fr *http.Request) *route {
-	h, pattern := g.folded.Handler(fr)
+// mayMatch reports whether a folded pattern may match folded path p, by
+// its first segment.
+func (s *spellings) mayMatch(p string) bool {
+	if s.anyFirst {
+		return true
+	}
+	seg, _, _ := strings.Cut(p[1:], "/")
+	return s.first[seg]
+}
+
+// lookup is the route the folded mux gives fr: the one it matches, or
+// the one it redirects to (a subtree's path without its slash).
+func (s *spellings) lookup(fr *http.Request) *route {
+	h, pattern := s.mux.Handler(fr)
 	if rt, ok := h.(*route); ok {
 		return rt
 	}
 	if pattern != "" {
-		return g.foldedRoutes[pattern]
+		return s.routes[pattern]
 	}
 	return nil
 }

@@ -11,7 +11,6 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"os"
-	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -83,15 +82,7 @@ type Gateway struct {
 	hostRoutes bool
 	tracer     trace.Tracer                  // WithTracerProvider; nil: not traced
 	prop       propagation.TextMapPropagator // WithPropagator
-
-	// folded holds the routes under their folded patterns (foldPattern),
-	// to match the other spellings of their paths (foldPath); the
-	// pattern it answers with is a key of foldedRoutes. foldSame: every
-	// pattern is its own folded pattern, so a path that is its own
-	// folded spelling needs no second lookup.
-	folded       *http.ServeMux
-	foldedRoutes map[string]*route
-	foldSame     bool
+	spellings  spellings                     // the routes by the folded spellings of their paths
 }
 
 // Option configures a Gateway.
@@ -266,8 +257,6 @@ func New(upstream *url.URL, routes []Route, opts ...Option) (*Gateway, error) {
 	g := &Gateway{
 		upstream: upstream,
 		mux:      http.NewServeMux(),
-		folded:   http.NewServeMux(),
-		foldSame: true,
 		window:   guard.DefaultFingerprintWindow,
 		timeout:  DefaultTimeout,
 		log:      slog.Default(),
@@ -308,15 +297,9 @@ func New(upstream *url.URL, routes []Route, opts ...Option) (*Gateway, error) {
 		if err := register(g.mux, rt.Match, rr); err != nil {
 			return nil, fmt.Errorf("gateway: routes[%d]: %w", i, describeRegisterError(err, rt, routes[:i]))
 		}
-		fp, err := registerFolded(g.folded, rt, routes[:i], rr)
-		if err != nil {
+		if err := g.spellings.add(rt, routes[:i], rr); err != nil {
 			return nil, fmt.Errorf("gateway: routes[%d]: %w", i, err)
 		}
-		if g.foldedRoutes == nil {
-			g.foldedRoutes = make(map[string]*route)
-		}
-		g.foldedRoutes[fp] = rr
-		g.foldSame = g.foldSame && fp == rt.Match
 		g.hostRoutes = g.hostRoutes || patternHost(rt.Match) != ""
 		if rt.FailOpen {
 			g.log.Warn("gateway: a route fails open: while the store cannot be reached, its requests reach the app without a record, so duplicates run again",
@@ -429,11 +412,9 @@ func (g *Gateway) match(r *http.Request) (rt *route, pattern string, redirect ht
 	if err != nil {
 		return nil, "", nil, err
 	}
-	var spelled *route
-	if _, cuts := extCuts(key); !g.foldSame || key != r.URL.Path || cuts > 0 {
-		if spelled, err = g.spelled(r, key); err != nil {
-			return nil, "", nil, err
-		}
+	spelled, err := g.spellings.route(r, key)
+	if err != nil {
+		return nil, "", nil, err
 	}
 	if rt != nil {
 		if spelled != nil && spelled != rt {
@@ -504,8 +485,11 @@ var clientAddressHeaders = []string{"x-forwarded-for", "x-forwarded-host", "x-fo
 // X-Forwarded-* and Forwarded only).
 func stripClientAddress(h http.Header) {
 	for name := range h {
-		if slices.ContainsFunc(clientAddressHeaders, func(want string) bool { return sameHeader(name, want) }) {
-			delete(h, name)
+		for _, want := range clientAddressHeaders {
+			if sameHeader(name, want) {
+				delete(h, name)
+				break
+			}
 		}
 	}
 }
@@ -770,7 +754,7 @@ func (g *Gateway) rewrite(pr *httputil.ProxyRequest) {
 	pr.SetXForwarded()
 	if ip := g.clientIP(pr.In); ip != "" {
 		pr.Out.Header.Set("X-Forwarded-For", ip)
-		pr.Out.Header.Set("X-Real-IP", ip)
+		pr.Out.Header["X-Real-Ip"] = []string{ip} // canonical: Set would canonicalise on every request
 	} else {
 		pr.Out.Header.Del("X-Forwarded-For")
 	}

@@ -182,6 +182,8 @@ func TestAcceptedSpellings(t *testing.T) {
 		{"a space inside a segment", "/files/my%20file.pdf", "app.test", "HTTP/1.1", 201, ""},
 		{"a percent-encoded path in capitals", "/Files/%E6%97%A5", "app.test", "HTTP/1.1", 201, ""},
 		{"invalid UTF-8 in the query", "/search?q=%c0%af", "app.test", "HTTP/1.1", 201, ""},
+		{"an absolute-form target without a path", "http://app.test", "app.test", "HTTP/1.1", 201, ""},
+		{"an absolute-form target to a spelling of a route", "http://app.test/ADMIN./x", "app.test", "HTTP/1.1", 400, "idempotency_key_missing"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
