@@ -65,8 +65,8 @@
 //	                                      /admin%20/x, /orders%20
 //	compatibility characters (NFKC),      /%EF%BC%8Fadmin/x (／admin/x),  apps that normalise to NFKC   matched
 //	Unicode case                          /order%C5%BF (ſ)                 or fold case
-//	letters or dots encoded more than     /%256Frders,                     servers that decode more      matched
-//	once                                  /x/%25252e%25252e/orders         than once
+//	letters or dots encoded two to four   /%256Frders,                     servers that decode more      matched
+//	times                                 /x/%25252e%25252e/orders         than once
 //	an encoded ? or #                     /orders%3Fx                      apps that decode first        matched, ends the path
 //	dot segments, repeated slashes,       /x/../orders, //orders,          every server; nginx after     307 to the routed path
 //	encoded dots or slashes               /x/%2e%2e/orders, /admin%2Fx     decoding
@@ -80,6 +80,8 @@
 //	. / \ or ; encoded twice              %252e, %252F, %255C, %253B       servers that decode twice     400
 //	a control character, encoded once     /orders%00, /orders%2500         C servers end the path there  400
 //	or more
+//	anything encoded more than four       /%2525252541                     servers that decode until     400
+//	times                                                                  nothing is left
 //	one route as sent, another as a       /orders/NEW, with /orders/{id}   either                        400
 //	spelling                              and /orders/new
 //

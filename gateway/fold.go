@@ -17,10 +17,16 @@ import (
 // problem.ErrBadRequest (400 invalid_request) with the reason as its
 // detail.
 var (
-	errNotUTF8   = fmt.Errorf("%w: the path is not UTF-8 once percent-decoded (such as the overlong %%c0%%af), which lenient decoders read as / or .", problem.ErrBadRequest)
-	errDotsOnly  = fmt.Errorf("%w: a path segment is only dots and spaces but not . or .. (such as ... or %%2e%%20), which servers read as ., .. or nothing", problem.ErrBadRequest)
-	errAmbiguous = fmt.Errorf("%w: the path is another spelling of a route other than the one it matches as sent; send the route's own spelling", problem.ErrBadRequest)
+	errNotUTF8      = fmt.Errorf("%w: the path is not UTF-8 once percent-decoded (such as the overlong %%c0%%af), which lenient decoders read as / or .", problem.ErrBadRequest)
+	errDotsOnly     = fmt.Errorf("%w: a path segment is only dots and spaces but not . or .. (such as ... or %%2e%%20), which servers read as ., .. or nothing", problem.ErrBadRequest)
+	errDeepEncoding = fmt.Errorf("%w: the path is percent-encoded more than %d times (such as %%2525252541)", problem.ErrBadRequest, maxDecodes+1)
+	errAmbiguous    = fmt.Errorf("%w: the path is another spelling of a route other than the one it matches as sent; send the route's own spelling", problem.ErrBadRequest)
 )
+
+// maxDecodes is how many times foldPath decodes a path after the
+// server's decoding: paths encoded deeper are refused, so that a path of
+// %25252525... costs linear time, not quadratic.
+const maxDecodes = 3
 
 // foldPath returns the spelling of path (a request's path, decoded once)
 // that frameworks would map onto the same route, so that a route matches
@@ -28,7 +34,8 @@ var (
 //
 //   - the percent-escapes left after the first decoding are decoded too,
 //     until none is left (%256Frders is /orders to servers that decode
-//     twice);
+//     twice), at most maxDecodes times: a path with escapes left after
+//     that is refused (errDeepEncoding);
 //   - the result must be UTF-8 at every step: lenient decoders read
 //     overlong forms such as %c0%af as /, so such paths are refused
 //     (errNotUTF8), not guessed at;
@@ -97,10 +104,13 @@ func decodeFold(p string) (string, error) {
 	if !utf8.ValidString(p) {
 		return "", errNotUTF8
 	}
-	for strings.IndexByte(p, '%') >= 0 {
+	for n := 0; strings.IndexByte(p, '%') >= 0; n++ {
 		q, ok := unescapeValid(p)
 		if !ok {
 			break
+		}
+		if n == maxDecodes {
+			return "", errDeepEncoding
 		}
 		if !utf8.ValidString(q) {
 			return "", errNotUTF8
