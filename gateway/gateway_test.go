@@ -92,7 +92,7 @@ type deps struct {
 	tokens *token.Service
 }
 
-func newDeps(t *testing.T) deps {
+func newDeps(t testing.TB) deps {
 	t.Helper()
 	st := memory.New()
 	t.Cleanup(func() { _ = st.Close() })
@@ -194,8 +194,9 @@ func TestRouting(t *testing.T) {
 		{"routed: a tokenless POST /checkout is refused", "POST", "/checkout", "", 400, "invalid_request", "", false},
 		{"another method passes through", "GET", "/orders", "", 201, "", "", true},
 		{"another path passes through", "POST", "/orders/7", "", 201, "", "", true},
-		{"paths are case-sensitive", "POST", "/Orders", "", 201, "", "", true},
-		{"a trailing slash is another path", "POST", "/orders/", "", 201, "", "", true},
+		{"another method's spelling passes through", "GET", "/ORDERS/", "", 201, "", "", true},
+		{"a longer name passes through", "POST", "/orders7.json", "", 201, "", "", true},
+		{"a dot inside a name that is not the last passes through", "POST", "/orders.json/x", "", 201, "", "", true},
 		{"an unrouted path passes through", "POST", "/comments", "", 201, "", "", true},
 		{"a host pattern needs its host", "POST", "/hosted", "", 201, "", "", true},
 		{"a host pattern routes its host", "POST", "/hosted", "shop.test", 400, "idempotency_key_missing", "", false},
@@ -221,6 +222,30 @@ func TestRouting(t *testing.T) {
 		{"an escaped letter is the same path", "POST", "/%6Frders", "", 400, "idempotency_key_missing", "", false},
 		{"a subtree's path without its slash redirects", "POST", "/admin", "", 307, "", "/admin/", false},
 		{"an encoded unclean unrouted path passes through as sent", "POST", "/x/%2e%2e/comments", "", 201, "", "", true},
+		{"paths match in any case", "POST", "/Orders", "", 400, "idempotency_key_missing", "", false},
+		{"paths match in capitals", "POST", "/ORDERS", "", 400, "idempotency_key_missing", "", false},
+		{"a subtree matches in any case", "POST", "/Admin/x", "", 400, "idempotency_key_missing", "", false},
+		{"a subtree's path in capitals without its slash", "POST", "/ADMIN", "", 400, "idempotency_key_missing", "", false},
+		{"a trailing slash is the same path", "POST", "/orders/", "", 400, "idempotency_key_missing", "", false},
+		{"an encoded trailing slash is the same path", "POST", "/orders%2f", "", 400, "idempotency_key_missing", "", false},
+		{"a format suffix is the same path", "POST", "/orders.json", "", 400, "idempotency_key_missing", "", false},
+		{"a format suffix in capitals with a slash", "POST", "/ORDERS.JSON/", "", 400, "idempotency_key_missing", "", false},
+		{"two suffixes", "POST", "/checkout.tar.gz", "", 400, "invalid_request", "", false},
+		{"a trailing dot", "POST", "/orders.", "", 400, "idempotency_key_missing", "", false},
+		{"a trailing dot on a subtree's segment", "POST", "/admin./x", "", 400, "idempotency_key_missing", "", false},
+		{"an encoded trailing dot on a subtree's segment", "POST", "/admin%2e/x", "", 400, "idempotency_key_missing", "", false},
+		{"an encoded trailing dot in capitals", "POST", "/admin%2E/x", "", 400, "idempotency_key_missing", "", false},
+		{"a trailing space on a subtree's segment", "POST", "/admin%20/x", "", 400, "idempotency_key_missing", "", false},
+		{"a trailing space", "POST", "/orders%20", "", 400, "idempotency_key_missing", "", false},
+		{"a fullwidth solidus", "POST", "/%EF%BC%8Fadmin/x", "", 400, "idempotency_key_missing", "", false},
+		{"fullwidth letters", "POST", "/%EF%BD%8F%EF%BD%92%EF%BD%84%EF%BD%85%EF%BD%92%EF%BD%93", "", 400, "idempotency_key_missing", "", false},
+		{"a long s", "POST", "/order%C5%BF", "", 400, "idempotency_key_missing", "", false},
+		{"a two dot leader as a dot-dot segment", "POST", "/x/%E2%80%A5/orders", "", 400, "idempotency_key_missing", "", false},
+		{"a double-encoded letter", "POST", "/%256Frders", "", 400, "idempotency_key_missing", "", false},
+		{"triple-encoded dots", "POST", "/x/%25252e%25252e/checkout", "", 400, "invalid_request", "", false},
+		{"an encoded query mark", "POST", "/orders%3Fx=1", "", 400, "idempotency_key_missing", "", false},
+		{"a doubled slash before capitals", "POST", "/x/..//ORDERS", "", 400, "idempotency_key_missing", "", false},
+		{"a host pattern's path in capitals", "POST", "/HOSTED.json", "Shop.Test", 400, "idempotency_key_missing", "", false},
 		{"a lowercase method is routed", "post", "/orders", "", 400, "idempotency_key_missing", "", false},
 		{"a mixed-case method is routed", "Post", "/checkout", "", 400, "invalid_request", "", false},
 		{"a lowercase method reaches the app in capitals", "get", "/orders", "", 201, "", "", true},
@@ -313,7 +338,9 @@ func TestHeaderHygiene(t *testing.T) {
 		t.Fatal(err)
 	}
 	headers := append(append(append([]string{}, spoofs...), hopByHop...),
-		"X-Forwarded-For", "6.6.6.6", "X-Forwarded-Host", "evil.test", "X-Forwarded-Proto", "https", "Forwarded", "for=6.6.6.6")
+		"X-Forwarded-For", "6.6.6.6", "X-Forwarded-Host", "evil.test", "X-Forwarded-Proto", "https", "Forwarded", "for=6.6.6.6",
+		"X-Real-IP", "6.6.6.1", "x-real-ip", "6.6.6.2", "X_Real_IP", "6.6.6.3", "True-Client-IP", "6.6.6.4", "true_client_ip", "6.6.6.5",
+		"X_Forwarded_For", "6.6.6.6", "x_forwarded_host", "evil.test", "X_FORWARDED_PROTO", "https")
 	tests := []struct {
 		name    string
 		req     *http.Request
@@ -357,6 +384,15 @@ func TestHeaderHygiene(t *testing.T) {
 			}
 			if xff := h.Get("X-Forwarded-For"); xff != "127.0.0.1" {
 				t.Errorf("X-Forwarded-For = %q, want the peer 127.0.0.1 only", xff)
+			}
+			if xri := h.Values("X-Real-Ip"); len(xri) != 1 || xri[0] != "127.0.0.1" {
+				t.Errorf("X-Real-IP = %q, want the peer 127.0.0.1 only", xri)
+			}
+			for name, vs := range h {
+				n := strings.ReplaceAll(strings.ToLower(name), "_", "-")
+				if n == "true-client-ip" || strings.Contains(name, "_") && (strings.HasPrefix(n, "x-forwarded-") || n == "x-real-ip") {
+					t.Errorf("the app got the client's %s: %q", name, vs)
+				}
 			}
 			if xfh, xfp := h.Get("X-Forwarded-Host"), h.Get("X-Forwarded-Proto"); xfh != strings.TrimPrefix(gw.URL, "http://") || xfp != "http" {
 				t.Errorf("X-Forwarded-Host, -Proto = %q, %q: want what the gateway saw", xfh, xfp)
