@@ -305,6 +305,21 @@ const (
 	gatewayMargin = 5 * time.Second
 )
 
+// maxHeadBytes is how long a request's head may be: its request line,
+// its header fields and the empty line that ends them, CRLFs included.
+// A longer head is 431 headers_too_large. net/http reads a head of up to
+// Server.MaxHeaderBytes plus headSlop bytes (its "bufio slop",
+// initialReadLimitSize in net/http/server.go), counted from the head's
+// first byte, so newServer sets MaxHeaderBytes headSlop below the limit.
+// The count is exact when the head's first byte was not read along with
+// the previous request, as it never is for a client that waits for an
+// answer before it sends its next request; a pipelined request's head
+// may run up to one more read buffer (4 KiB) over.
+const (
+	maxHeadBytes = 16 << 10
+	headSlop     = 4096
+)
+
 // newServer returns the HTTP server for h; upstream is the gateway's
 // timeout towards the app, 0 outside gateway mode. In gateway mode a
 // request's body may take as long as upstream to arrive (it streams to
@@ -323,13 +338,14 @@ func newServer(h http.Handler, upstream time.Duration) *http.Server {
 		write = max(write, read+upstream+gatewayMargin)
 	}
 	return &http.Server{
-		Handler:           h,
+		Handler:           refuse(h),
 		ReadHeaderTimeout: readHeaderTimeout,
 		ReadTimeout:       read,
 		WriteTimeout:      write,
 		IdleTimeout:       idleTimeout,
-		MaxHeaderBytes:    16 << 10,
+		MaxHeaderBytes:    maxHeadBytes - headSlop, // a head of maxHeadBytes
 		ConnState:         problemConnState,
+		ConnContext:       problemConnContext,
 	}
 }
 
