@@ -100,6 +100,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, out io.
 	// first. This goroutine's own panics unwind through logs.Close.
 	onPanic := logPanic(log, logs)
 	defer repanic(onPanic)
+	for _, v := range unknownVariables(environ()) {
+		log.Warn(unknownVariableMsg, "variable", v.name, "closest_setting", v.closest)
+	}
 	gin.SetMode(gin.ReleaseMode)
 	gin.DefaultWriter, gin.DefaultErrorWriter = io.Discard, io.Discard
 	goredis.SetLogger(redisLogger{log})
@@ -287,6 +290,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, out io.
 	log.Info("replayguard stopped")
 	return nil
 }
+
+// environ is the process's environment, in which run looks for
+// REPLAYGUARD_* variables that are no setting (unknownVariables): run's
+// getenv can only look names up.
+var environ = os.Environ
 
 // testStore wraps the store of the idempotency records. It is the
 // identity; only the tests replace it (TestMain, in the server's
