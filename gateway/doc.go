@@ -104,7 +104,10 @@
 // and -Proto and X-Real-IP (the client IP, as in X-Forwarded-For)
 // itself. When the app
 // cannot be reached or does not answer within WithTimeout, the answer is
-// 502 upstream_unavailable. The gateway speaks HTTP/1.1 to the app. A
+// 502 upstream_unavailable; when the client's body cannot be read as it
+// streams to the app (a malformed chunked encoding), it is the client's
+// 400 invalid_request (413 payload_too_large past a limit set in front
+// of the gateway). The gateway speaks HTTP/1.1 to the app. A
 // request whose method is not GET, HEAD, OPTIONS or TRACE is sent again
 // only when none of it was written (the app closed an idle connection as
 // it went out), never after (the app may have run it); for that, its

@@ -694,7 +694,49 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, detached bool)
 			}
 		}()
 	}
-	g.proxy.ServeHTTP(w, r.WithContext(ctx))
+	if r.Body != nil && r.Body != http.NoBody {
+		b := &clientBody{ReadCloser: r.Body}
+		ctx = context.WithValue(ctx, clientBodyKey{}, b)
+		r = r.WithContext(ctx)
+		r.Body = b
+	} else {
+		r = r.WithContext(ctx)
+	}
+	g.proxy.ServeHTTP(w, r)
+}
+
+// clientBody is a request body as read from the client, which keeps the
+// error a read of it returned: while the body streams to the app, that
+// error (a malformed chunked encoding, a body over a limit, a client
+// that went away) fails the request to the app, and upstreamError must
+// not take it for the app's.
+type clientBody struct {
+	io.ReadCloser
+	err atomic.Pointer[error]
+}
+
+func (b *clientBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err != nil && err != io.EOF {
+		b.err.CompareAndSwap(nil, &err)
+	}
+	return n, err
+}
+
+// clientBodyKey is the context key of the request's *clientBody, which
+// ReverseProxy's ErrorHandler finds under the wrappers of the request it
+// gets (its outgoing one).
+type clientBodyKey struct{}
+
+// bodyError returns the error a read of r's body from the client
+// returned while forward sent it, or nil.
+func bodyError(r *http.Request) error {
+	if b, ok := r.Context().Value(clientBodyKey{}).(*clientBody); ok {
+		if err := b.err.Load(); err != nil {
+			return *err
+		}
+	}
+	return nil
 }
 
 // abandon leaves the record of the response being written to w
@@ -876,8 +918,22 @@ func modifyResponse(resp *http.Response) error {
 // connection could be made), the 502 releases a recorded route's record
 // so that a retry runs; when it may have reached it (a timeout, a
 // connection broken after sending), the record is abandoned instead:
-// duplicates get 409 until its lease ends.
+// duplicates get 409 until its lease ends. A request whose body could
+// not be read from the client while it streamed to the app failed by the
+// client's fault, not the app's: it is answered as the body's error
+// (request.BodyError: 400 invalid_request, or 413 payload_too_large for
+// a body over a limit), and its record is abandoned too, since the app
+// got part of it.
 func (g *Gateway) upstreamError(w http.ResponseWriter, r *http.Request, err error) {
+	if berr := bodyError(r); berr != nil {
+		g.log.LogAttrs(r.Context(), slog.LevelDebug, "request body not read from the client",
+			slog.String("request_id", problem.RequestID(r.Context())),
+			slog.String("method", r.Method), slog.String("path", r.URL.Path),
+			slog.String("error", berr.Error()))
+		abandon(w)
+		problem.Write(w, request.BodyError(berr))
+		return
+	}
 	level := slog.LevelWarn
 	if errors.Is(r.Context().Err(), context.Canceled) {
 		level = slog.LevelDebug // the client went away

@@ -1356,3 +1356,53 @@ func TestBodiesThatAreNotUnicodeAreRefused(t *testing.T) {
 		t.Fatalf("the app ran %d times, want 0", n)
 	}
 }
+
+// TestClientBodyErrorsAreTheClients: a request body that cannot be read
+// from the client while it streams to the app is the client's error, not
+// the app's: a malformed chunked encoding is 400 invalid_request and a
+// body over a limit set in front of the gateway 413 payload_too_large,
+// on a pass-through path as on a route that reads the body first; only
+// the app's own failures are 502 upstream_unavailable.
+func TestClientBodyErrorsAreTheClients(t *testing.T) {
+	a := newApp(t)
+	d := newDeps(t)
+	routes, err := gateway.ParseRoutes([]byte("routes:\n  - {match: \"POST /orders\", policy: idempotency_key, required: true}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	gw, err := gateway.New(a.url(t), routes, quiet, gateway.WithKeeper(d.keeper))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Query().Has("limit") {
+			r.Body = http.MaxBytesReader(w, r.Body, 4)
+		}
+		gw.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	addr := strings.TrimPrefix(srv.URL, "http://")
+	chunked := func(path, body string) string {
+		return "POST " + path + " HTTP/1.1\r\nHost: shop.test\r\nIdempotency-Key: \"k-" + path + "\"\r\nTransfer-Encoding: chunked\r\n\r\n" + body
+	}
+	for _, tc := range []struct {
+		name, request string
+		status        int
+		code, detail  string
+	}{
+		{"a chunk size that is not hex, passing through", chunked("/comments", "5\r\nhello\r\nzz\r\n\r\n"), http.StatusBadRequest, "invalid_request", "invalid byte in chunk length"},
+		{"a chunk longer than its size, passing through", chunked("/comments", "5\r\nhelloXX\r\n0\r\n\r\n"), http.StatusBadRequest, "invalid_request", "malformed chunked encoding"},
+		{"a chunk longer than its size, routed", chunked("/orders", "5\r\nhelloXX\r\n0\r\n\r\n"), http.StatusBadRequest, "invalid_request", "malformed chunked encoding"},
+		{"a body over the limit, passing through", "POST /comments?limit HTTP/1.1\r\nHost: shop.test\r\nContent-Length: 10\r\n\r\n0123456789", http.StatusRequestEntityTooLarge, "payload_too_large", "over 4 bytes"},
+		{"a chunked body over the limit, passing through", chunked("/comments?limit", "a\r\n0123456789\r\n0\r\n\r\n"), http.StatusRequestEntityTooLarge, "payload_too_large", "over 4 bytes"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			status, h, body := sendRaw(t, addr, tc.request)
+			var p problem.Problem
+			_ = json.Unmarshal([]byte(body), &p)
+			if status != tc.status || h.Get("Content-Type") != "application/problem+json" || p.Code != tc.code || !strings.Contains(p.Detail, tc.detail) {
+				t.Fatalf("= %d %v %s, want %d %s with %q", status, h, body, tc.status, tc.code, tc.detail)
+			}
+		})
+	}
+}

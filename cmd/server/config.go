@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/netip"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -411,6 +412,72 @@ func envNames() []string {
 		}
 	}
 	return names
+}
+
+// unknownVariable is a REPLAYGUARD_* environment variable that is no
+// setting, and the setting whose name is closest to its name.
+type unknownVariable struct{ name, closest string }
+
+// unknownVariableMsg is the start-up warning for an unknownVariable.
+const unknownVariableMsg = "a REPLAYGUARD_* variable is not a setting: ignored"
+
+// testVariablePrefix starts the tests' own variables, which the server
+// does not read (REPLAYGUARD_TEST_REDIS_URL and the like).
+const testVariablePrefix = "REPLAYGUARD_TEST_"
+
+// unknownVariables returns the REPLAYGUARD_* variables of environ
+// (NAME=value, as os.Environ gives it) that are no setting, nor a
+// setting's _FILE form (envNames), each once, with the closest setting
+// by editDistance (the first in README order on a tie). A misspelt
+// variable is not an error, since a setting it was meant to be has a
+// default, but nothing else would say that it was ignored.
+// REPLAYGUARD_TEST_* variables are left out.
+func unknownVariables(environ []string) []unknownVariable {
+	known := envNames()
+	var unknown []unknownVariable
+	seen := map[string]bool{}
+	for _, kv := range environ {
+		name, _, _ := strings.Cut(kv, "=")
+		if !strings.HasPrefix(name, "REPLAYGUARD_") || strings.HasPrefix(name, testVariablePrefix) ||
+			slices.Contains(known, name) || seen[name] {
+			continue
+		}
+		seen[name] = true
+		closest, best := "", -1
+		for _, k := range known {
+			if d := editDistance(name, k); best < 0 || d < best {
+				closest, best = k, d
+			}
+		}
+		unknown = append(unknown, unknownVariable{name, closest})
+	}
+	return unknown
+}
+
+// editDistance is the optimal string alignment distance of a and b: how
+// many insertions, deletions, substitutions and swaps of two adjacent
+// bytes turn a into b (Damerau-Levenshtein, with no substring edited
+// twice), so that TOKN and TOKNE are both one edit from TOKEN.
+func editDistance(a, b string) int {
+	prev2, prev, cur := make([]int, len(b)+1), make([]int, len(b)+1), make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+			if i > 1 && j > 1 && a[i-1] == b[j-2] && a[i-2] == b[j-1] {
+				cur[j] = min(cur[j], prev2[j-2]+1)
+			}
+		}
+		prev2, prev, cur = prev, cur, prev2
+	}
+	return prev[len(b)]
 }
 
 // loadConfig reads args (flags win), then getenv, then the defaults. Its

@@ -100,6 +100,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, out io.
 	// first. This goroutine's own panics unwind through logs.Close.
 	onPanic := logPanic(log, logs)
 	defer repanic(onPanic)
+	for _, v := range unknownVariables(environ()) {
+		log.Warn(unknownVariableMsg, "variable", v.name, "closest_setting", v.closest)
+	}
 	gin.SetMode(gin.ReleaseMode)
 	gin.DefaultWriter, gin.DefaultErrorWriter = io.Discard, io.Discard
 	goredis.SetLogger(redisLogger{log})
@@ -299,6 +302,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, out io.
 	return nil
 }
 
+// environ is the process's environment, in which run looks for
+// REPLAYGUARD_* variables that are no setting (unknownVariables): run's
+// getenv can only look names up.
+var environ = os.Environ
+
 // testStore wraps the store of the idempotency records. It is the
 // identity; only the tests replace it (TestMain, in the server's
 // subprocess), to make a record's heartbeat panic.
@@ -314,6 +322,21 @@ const (
 	// gatewayMargin is what a gateway request may take beyond its body
 	// and the app: store calls, and writing the response out.
 	gatewayMargin = 5 * time.Second
+)
+
+// maxHeadBytes is how long a request's head may be: its request line,
+// its header fields and the empty line that ends them, CRLFs included.
+// A longer head is 431 headers_too_large. net/http reads a head of up to
+// Server.MaxHeaderBytes plus headSlop bytes (its "bufio slop",
+// initialReadLimitSize in net/http/server.go), counted from the head's
+// first byte, so newServer sets MaxHeaderBytes headSlop below the limit.
+// The count is exact when the head's first byte was not read along with
+// the previous request, as it never is for a client that waits for an
+// answer before it sends its next request; a pipelined request's head
+// may run up to one more read buffer (4 KiB) over.
+const (
+	maxHeadBytes = 16 << 10
+	headSlop     = 4096
 )
 
 // newServer returns the HTTP server for h; upstream is the gateway's
@@ -334,13 +357,14 @@ func newServer(h http.Handler, upstream time.Duration) *http.Server {
 		write = max(write, read+upstream+gatewayMargin)
 	}
 	return &http.Server{
-		Handler:           h,
+		Handler:           refuse(h),
 		ReadHeaderTimeout: readHeaderTimeout,
 		ReadTimeout:       read,
 		WriteTimeout:      write,
 		IdleTimeout:       idleTimeout,
-		MaxHeaderBytes:    16 << 10,
+		MaxHeaderBytes:    maxHeadBytes - headSlop, // a head of maxHeadBytes
 		ConnState:         problemConnState,
+		ConnContext:       problemConnContext,
 	}
 }
 
