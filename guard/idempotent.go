@@ -215,8 +215,9 @@ func WithFingerprintWindow(window time.Duration) Option {
 //     query and body in canonical form (JSON re-encoded with sorted keys,
 //     form fields in canonical order, WithIgnoredFields left out); the
 //     same key with another fingerprint is 422 idempotency_key_reused; a
-//     JSON body that could read two ways (a member named twice, text that
-//     is not UTF-8 or escapes a lone surrogate) is 400 invalid_request;
+//     JSON body that could read two ways (a member named twice in one
+//     object, also in two cases such as "qty" and "QTY", text that is
+//     not UTF-8 or escapes a lone surrogate) is 400 invalid_request;
 //   - a duplicate while the first runs gets 409 request_in_progress with
 //     Retry-After; after it, the stored status, headers and body, byte
 //     for byte, with Idempotent-Replayed: true;

@@ -229,6 +229,22 @@ func TestIdempotentScenarios(t *testing.T) {
 			},
 		},
 		{
+			// encoding/json reads qty 5 from the first and 1 from the
+			// second (names match a struct field in any case, the last
+			// wins), which would have one canonical form.
+			name: "a JSON body that names a member twice in two cases is refused, in either order",
+			steps: []step{
+				{"qty then QTY", req{body: `{"item":"book","qty":1,"QTY":5}`}, 400, "invalid_request", false, 0, `the member \"qty\" twice in one object, the second time as \"QTY\"`},
+				{"QTY then qty, with the same key", req{body: `{"QTY":5,"item":"book","qty":1}`}, 400, "invalid_request", false, 0, `the member \"QTY\" twice`},
+				{"in a nested object", req{body: `{"order":{"item":"book","Qty":1,"qtY":5}}`}, 400, "invalid_request", false, 0, `\"Qty\"`},
+				{"in an array of objects", req{body: `{"lines":[{"sku":"a"},{"sku":"b","SKU":"c"}]}`}, 400, "invalid_request", false, 0, `\"SKU\"`},
+				{"the Kelvin sign is k", req{body: "{\"k\":1,\"\u212a\":2}"}, 400, "invalid_request", false, 0, "the member \\\"k\\\" twice"},
+				{"the long s is s", req{body: `{"s":1,"\u017f":2}`}, 400, "invalid_request", false, 0, "the member \\\"s\\\" twice"},
+				{"the same key with one qty runs", req{body: `{"item":"book","qty":1}`}, 201, "", false, 1, ""},
+				{"and names in two cases in two objects are two members", req{keys: []string{`"k2"`}, body: `{"qty":1,"order":{"QTY":5}}`}, 201, "", false, 2, ""},
+			},
+		},
+		{
 			name: "a JSON body that is not Unicode text is refused before anything runs",
 			steps: []step{
 				{"a lone high surrogate", req{body: `{"a":"\ud800"}`}, 400, "invalid_request", false, 0, "lone surrogate"},
@@ -754,6 +770,10 @@ func TestIdempotentFingerprintMode(t *testing.T) {
 				{step{"and so is another", req{noKey: true, body: `{"a":"\udbff"}`}, 400, "invalid_request", false, 5, ""}, 0},
 				{step{"a raw 0xff is refused", req{noKey: true, body: "{\"a\":\"\xff\"}"}, 400, "invalid_request", false, 5, ""}, 0},
 				{step{"and so is a raw 0xfe", req{noKey: true, body: "{\"a\":\"\xfe\"}"}, 400, "invalid_request", false, 5, ""}, 0},
+				// Each would have the canonical form of the other.
+				{step{"a member in two cases is refused", req{noKey: true, body: `{"item":"book","qty":1,"QTY":5}`}, 400, "invalid_request", false, 5, "the member"}, 0},
+				{step{"and so is its other order", req{noKey: true, body: `{"QTY":5,"item":"book","qty":1}`}, 400, "invalid_request", false, 5, "the member"}, 0},
+				{step{"and one in a nested object", req{noKey: true, body: `{"lines":[{"Sku":"a","sKU":"b"}]}`}, 400, "invalid_request", false, 5, "the member"}, 0},
 			}
 			for _, s := range steps {
 				clk.Advance(s.advance)

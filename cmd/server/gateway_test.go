@@ -202,6 +202,26 @@ func gatewayScenarios(t *testing.T, gw string, up *upstreamProc, secret []byte) 
 		up.wantCount(t, "comments", 2)
 	})
 
+	t.Run("fingerprint and keys: a member named in two cases is refused, in either order, and never reaches the app", func(t *testing.T) {
+		for _, tc := range []struct{ path, body, key string }{
+			{"/comments", `{"item":"book","qty":1,"QTY":5}`, ""},
+			{"/comments", `{"QTY":5,"item":"book","qty":1}`, ""},
+			{"/comments", `{"lines":[{"sku":"a","\u017fku":"b"}]}`, ""}, // the long s is s
+			{"/orders", `{"item":"book","qty":1,"QTY":5}`, `"case-1"`},
+			{"/orders", `{"QTY":5,"item":"book","qty":1}`, `"case-1"`},
+		} {
+			headers := []string{"Content-Type", "application/json", "X-Test-Case", "case-members"}
+			if tc.key != "" {
+				headers = append(headers, "Idempotency-Key", tc.key)
+			}
+			r := try(newReq(t, "POST", gw+tc.path, tc.body, headers...))
+			if r.status != http.StatusBadRequest || r.code() != "invalid_request" || !strings.Contains(r.body, "twice in one object") {
+				t.Fatalf("%s %s = %d %s, want 400 invalid_request naming the member", tc.path, tc.body, r.status, r.body)
+			}
+		}
+		up.wantCount(t, "case-members", 0)
+	})
+
 	t.Run("token: a form submit reaches the app once, with its body and token id", func(t *testing.T) {
 		tok, id := issueToken(t, gw, "checkout")
 		form := "item=book&idempotency_token=" + url.QueryEscape(tok) + "&qty=2"
