@@ -1,9 +1,9 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -12,7 +12,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/replayguard/replayguard/internal/testenv"
 	"github.com/replayguard/replayguard/store"
 	"github.com/replayguard/replayguard/store/memory"
 )
@@ -372,23 +371,40 @@ func TestRecordQuotasForTheStore(t *testing.T) {
 }
 
 // TestAddressBytesNeedTheMemoryStore: only the memory store counts bytes
-// per address, so setting the bound on another store stops the server
-// at start rather than leave it without the bound it asked for.
+// per address, so a size set on another store (Redis, PostgreSQL) stops
+// the server at start rather than leave it without the bound it asked
+// for; auto there is none.
 func TestAddressBytesNeedTheMemoryStore(t *testing.T) {
-	routes := filepath.Join(t.TempDir(), "routes.yaml")
-	if err := os.WriteFile(routes, []byte("routes:\n  - {match: \"POST /orders\", policy: idempotency_key}\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	vars := map[string]string{
-		"REPLAYGUARD_ADDR":                              "127.0.0.1:0",
-		"REPLAYGUARD_UPSTREAM":                          "http://127.0.0.1:9",
-		"REPLAYGUARD_ROUTES":                            routes,
-		"REPLAYGUARD_REDIS_URL":                         testenv.Var(t, "REPLAYGUARD_TEST_REDIS_URL"),
-		"REPLAYGUARD_KEY_PREFIX":                        "rgtest:bytes:" + randomHex(t) + ":",
-		"REPLAYGUARD_IDEMPOTENCY_MAX_BYTES_PER_ADDRESS": "8MiB",
-	}
-	err := run(context.Background(), nil, func(k string) string { return vars[k] }, &testenv.LockedBuffer{}, func(string) { t.Error("the server started") })
-	if err == nil || !strings.Contains(err.Error(), "REPLAYGUARD_IDEMPOTENCY_MAX_BYTES_PER_ADDRESS: only the memory store") {
-		t.Fatalf("run = %v, want the setting refused", err)
+	mem := memory.New()
+	t.Cleanup(func() { _ = mem.Close() })
+	other := struct { // a store and limiter that counts no bytes, as Redis's
+		store.Store
+		store.Limiter
+	}{mem, mem}
+	log := slog.New(slog.DiscardHandler)
+	for _, tc := range []struct {
+		name    string
+		setting string
+		st      store.Store
+		want    int // options
+		wantErr string
+	}{
+		{"auto on the memory store", "auto", mem, 3, ""},
+		{"a size on the memory store", "1MiB", mem, 3, ""},
+		{"auto on another store", "auto", other, 0, ""},
+		{"a size on another store", "8MiB", other, 0, "REPLAYGUARD_IDEMPOTENCY_MAX_BYTES_PER_ADDRESS: only the memory store"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := loadConfig(nil, func(k string) string {
+				return map[string]string{"REPLAYGUARD_IDEMPOTENCY_MAX_BYTES_PER_ADDRESS": tc.setting}[k]
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			opts, err := recordQuotas(c, tc.st, tc.st, log)
+			if len(opts) != tc.want || (err == nil) != (tc.wantErr == "") || err != nil && !strings.Contains(err.Error(), tc.wantErr) {
+				t.Fatalf("recordQuotas = %d options, %v; want %d, %q", len(opts), err, tc.want, tc.wantErr)
+			}
+		})
 	}
 }

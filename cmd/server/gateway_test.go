@@ -649,6 +649,8 @@ func TestGatewaySettings(t *testing.T) {
 		{"negative per-caller quota", map[string]string{"REPLAYGUARD_IDEMPOTENCY_MAX_PER_CALLER": "-1"}, "REPLAYGUARD_IDEMPOTENCY_MAX_PER_CALLER: must be auto"},
 		{"per-address quota that is not a number", map[string]string{"REPLAYGUARD_IDEMPOTENCY_MAX_PER_ADDRESS": "lots"}, "REPLAYGUARD_IDEMPOTENCY_MAX_PER_ADDRESS: must be auto"},
 		{"negative per-address quota", map[string]string{"REPLAYGUARD_IDEMPOTENCY_MAX_PER_ADDRESS": "-5"}, "REPLAYGUARD_IDEMPOTENCY_MAX_PER_ADDRESS: must be auto"},
+		{"per-address bytes that are not a size", map[string]string{"REPLAYGUARD_IDEMPOTENCY_MAX_BYTES_PER_ADDRESS": "8MB"}, "REPLAYGUARD_IDEMPOTENCY_MAX_BYTES_PER_ADDRESS: must be auto, 0 (none) or a size"},
+		{"negative per-address bytes", map[string]string{"REPLAYGUARD_IDEMPOTENCY_MAX_BYTES_PER_ADDRESS": "-1"}, "REPLAYGUARD_IDEMPOTENCY_MAX_BYTES_PER_ADDRESS: must be auto"},
 		{"memory bytes without a unit it knows", map[string]string{"REPLAYGUARD_MEMORY_MAX_BYTES": "1GB"}, "REPLAYGUARD_MEMORY_MAX_BYTES: \"1GB\" is not a size"},
 		{"scope header that is not a name", map[string]string{"REPLAYGUARD_IDEMPOTENCY_SCOPE": "header:a b"}, "REPLAYGUARD_IDEMPOTENCY_SCOPE:"},
 		{"negative window", map[string]string{"REPLAYGUARD_FINGERPRINT_WINDOW": "-2s"}, "REPLAYGUARD_FINGERPRINT_WINDOW: must be positive"},
