@@ -71,6 +71,7 @@ type Gateway struct {
 	clientIP  func(*http.Request) string
 	quota     guard.Option // WithCallerQuota
 	netQuota  guard.Option // WithAddressQuota
+	netBytes  guard.Option // WithAddressBytes
 	transport http.RoundTripper
 	timeout   time.Duration
 	log       *slog.Logger
@@ -109,20 +110,29 @@ func WithVerifier(v *replay.Verifier) Option { return func(g *Gateway) { g.verif
 func WithScope(f func(*http.Request) string) Option { return func(g *Gateway) { g.scope = f } }
 
 // WithCallerQuota bounds the idempotency records one caller may open on
-// PolicyIdempotencyKey and PolicyFingerprint routes with its keyed
-// requests: n per the route's retention, counted in lim (see
-// guard.WithCallerQuota). Defaults to none.
+// PolicyIdempotencyKey and PolicyFingerprint routes, with keyed and
+// keyless requests alike: n per the route's retention, counted in lim
+// (see guard.WithCallerQuota). Defaults to none.
 func WithCallerQuota(lim store.Limiter, n int) Option {
 	return func(g *Gateway) { g.quota = guard.WithCallerQuota(lim, n) }
 }
 
 // WithAddressQuota bounds the idempotency records every caller from one
 // client IP (an IPv6 client's /64) may open together on
-// PolicyIdempotencyKey and PolicyFingerprint routes with keyed requests:
-// n per the route's retention, counted in lim (see
-// guard.WithAddressQuota). Defaults to none.
+// PolicyIdempotencyKey and PolicyFingerprint routes, with keyed and
+// keyless requests alike: n per the route's retention, counted in lim
+// (see guard.WithAddressQuota). Defaults to none.
 func WithAddressQuota(lim store.Limiter, n int) Option {
 	return func(g *Gateway) { g.netQuota = guard.WithAddressQuota(lim, n) }
+}
+
+// WithAddressBytes bounds the bytes the idempotency records of every
+// caller from one client IP (an IPv6 client's /64) may take together on
+// PolicyIdempotencyKey and PolicyFingerprint routes, stored responses
+// included: n per the route's retention, counted in lim (see
+// guard.WithAddressBytes). Defaults to none.
+func WithAddressBytes(lim guard.Charger, n int) Option {
+	return func(g *Gateway) { g.netBytes = guard.WithAddressBytes(lim, n) }
 }
 
 // WithFingerprintWindow sets how long PolicyFingerprint routes keep a
@@ -530,7 +540,7 @@ func (g *Gateway) policy(rt Route) (http.Handler, error) {
 			guard.WithScope(g.scope),
 			guard.UnsafeFailOpen(rt.FailOpen),
 			guard.WithMaxBody(int64(keeper.MaxBody())))
-		for _, q := range []guard.Option{g.quota, g.netQuota} {
+		for _, q := range []guard.Option{g.quota, g.netQuota, g.netBytes} {
 			if q != nil {
 				opts = append(opts, q)
 			}

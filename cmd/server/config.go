@@ -55,6 +55,7 @@ type config struct {
 	IdempotencyMaxBody   int
 	PerCaller            int                        // records per caller and retention; -1: auto
 	PerAddress           int                        // records per client address and retention; -1: auto
+	BytesPerAddress      int64                      // bytes of records per client address and retention; -1: auto
 	IdempotencyScope     func(*http.Request) string // nil: the client IP
 	FingerprintWindow    time.Duration
 	// Gateway mode: Upstream nil means off.
@@ -246,6 +247,8 @@ var settings = []setting{
 		func(c *config, v string) (err error) { c.PerCaller, err = parseQuota(v); return err }},
 	{"REPLAYGUARD_IDEMPOTENCY_MAX_PER_ADDRESS", "idempotency-max-per-address", autoValue, "idempotency records all callers from one client IP (an IPv6 /64) may open per retention period (429 past it); auto: an eighth of the memory store's records, never below the per-caller bound, none on Redis", false,
 		func(c *config, v string) (err error) { c.PerAddress, err = parseQuota(v); return err }},
+	{"REPLAYGUARD_IDEMPOTENCY_MAX_BYTES_PER_ADDRESS", "idempotency-max-bytes-per-address", autoValue, "bytes the idempotency records of all callers from one client IP (an IPv6 /64) may take per retention period, stored responses included (429 past it), with a KiB, MiB or GiB suffix; auto: an eighth of the memory store's bytes for records; only the memory store counts them", false,
+		func(c *config, v string) (err error) { c.BytesPerAddress, err = parseByteQuota(v); return err }},
 	{"REPLAYGUARD_IDEMPOTENCY_SCOPE", "idempotency-scope", guard.DefaultScope, "whom a stored idempotency key belongs to: credentials (Authorization and Cookie, else the client IP), or header:<Name> to add that request header", false,
 		func(c *config, v string) (err error) { c.IdempotencyScope, err = guard.ParseScope(v); return err }},
 	{"REPLAYGUARD_FINGERPRINT_WINDOW", "fingerprint-window", duration(guard.DefaultFingerprintWindow), "how long fingerprint routes replay a keyless request's response to identical requests, from its completion", false,
@@ -581,6 +584,22 @@ func parseQuota(v string) (int, error) {
 	return n, nil
 }
 
+// parseByteQuota reads a quota of bytes: auto (-1), or 0 (none), or a
+// size.
+func parseByteQuota(v string) (int64, error) {
+	switch v {
+	case autoValue:
+		return -1, nil
+	case "0":
+		return 0, nil
+	}
+	n, err := size.Parse(v, 1<<40)
+	if err != nil {
+		return 0, fmt.Errorf("must be auto, 0 (none) or a size: %w", err)
+	}
+	return n, nil
+}
+
 // parseRate reads "N/s", "N/m" or "N/h" (burst N) or "0" (off).
 func parseRate(v string) (store.Limit, error) {
 	if v == "0" {
@@ -650,6 +669,23 @@ func (c *config) perAddress(st store.Store) int {
 	}
 	if u, ok := st.(store.Usager); ok {
 		return int(max(u.Usage().MaxRecords/8, int64(c.perCaller(st)), 1))
+	}
+	return 0
+}
+
+// bytesPerAddress is REPLAYGUARD_IDEMPOTENCY_MAX_BYTES_PER_ADDRESS for
+// the store the server runs on. auto is an eighth of the memory store's
+// bytes for records, as the per-address bound is an eighth of its
+// records: one address then takes at most about a quarter of them, in
+// bytes as in records, however large the answers it asks for (8 MiB a
+// day at the default size: some eighty 100 KB answers, or twenty
+// thousand small ones). None on a store without a bound.
+func (c *config) bytesPerAddress(st store.Store) int64 {
+	if c.BytesPerAddress >= 0 {
+		return c.BytesPerAddress
+	}
+	if u, ok := st.(store.Usager); ok {
+		return max(u.Usage().MaxRecordBytes/8, 1)
 	}
 	return 0
 }

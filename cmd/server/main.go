@@ -31,6 +31,7 @@ import (
 	"github.com/redis/go-redis/v9/maintnotifications"
 
 	"github.com/replayguard/replayguard/gateway"
+	"github.com/replayguard/replayguard/guard"
 	"github.com/replayguard/replayguard/handlers"
 	"github.com/replayguard/replayguard/idempotency"
 	"github.com/replayguard/replayguard/internal/logjson"
@@ -233,18 +234,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, out io.
 					"not_before", notBefore.UTC().Format(time.RFC3339))
 			}
 		}
-		if lim, ok := inst.(store.Limiter); ok {
-			perCaller, perAddress := cfg.perCaller(st), cfg.perAddress(st)
-			if perCaller > 0 {
-				gopts = append(gopts, gateway.WithCallerQuota(lim, perCaller))
-			}
-			if perAddress > 0 {
-				gopts = append(gopts, gateway.WithAddressQuota(lim, perAddress))
-			}
-			if perCaller > 0 || perAddress > 0 {
-				log.Info("gateway: idempotency records per retention (0: no bound)", "max_per_caller", perCaller, "max_per_address", perAddress)
-			}
+		quotas, err := recordQuotas(cfg, st, inst, log)
+		if err != nil {
+			return err
 		}
+		gopts = append(gopts, quotas...)
 		gw, err := gateway.New(cfg.Upstream, cfg.Routes, gopts...)
 		if err != nil {
 			return fmt.Errorf("REPLAYGUARD_ROUTES: %w", err)
@@ -548,4 +542,35 @@ func (l redisLogger) Printf(ctx context.Context, format string, v ...any) {
 		msg = "redis: " + msg
 	}
 	l.log.WarnContext(ctx, msg)
+}
+
+// recordQuotas are the gateway's bounds on the idempotency records of
+// one caller and of one client address (see config.perCaller,
+// perAddress and bytesPerAddress), counted in inst's limiter, and the
+// bytes in st's own (the memory store's Charge: the instrumented store
+// has none).
+func recordQuotas(cfg *config, st, inst store.Store, log *slog.Logger) ([]gateway.Option, error) {
+	lim, ok := inst.(store.Limiter)
+	if !ok {
+		return nil, nil
+	}
+	var opts []gateway.Option
+	perCaller, perAddress, bytesPerAddress := cfg.perCaller(st), cfg.perAddress(st), cfg.bytesPerAddress(st)
+	if perCaller > 0 {
+		opts = append(opts, gateway.WithCallerQuota(lim, perCaller))
+	}
+	if perAddress > 0 {
+		opts = append(opts, gateway.WithAddressQuota(lim, perAddress))
+	}
+	if bytesPerAddress > 0 {
+		ch, ok := st.(guard.Charger)
+		if !ok {
+			return nil, errors.New("REPLAYGUARD_IDEMPOTENCY_MAX_BYTES_PER_ADDRESS: only the memory store counts the bytes of records per address; set it to 0 or auto on this store, and bound Redis with maxmemory")
+		}
+		opts = append(opts, gateway.WithAddressBytes(ch, int(bytesPerAddress)))
+	}
+	if len(opts) > 0 {
+		log.Info("gateway: idempotency records per retention (0: no bound)", "max_per_caller", perCaller, "max_per_address", perAddress, "max_bytes_per_address", bytesPerAddress)
+	}
+	return opts, nil
 }
