@@ -124,7 +124,7 @@ func (m *Metrics) Instrument(st store.Store) store.Store {
 		m.Registry.MustRegister(usageCollector{u})
 	}
 	is := &instrumented{Store: st, m: m, obs: map[string]prometheus.Observer{}, errs: map[string]prometheus.Counter{}}
-	for _, op := range []string{"put", "redeem", "nonce", "acquire", "renew", "complete", "release", "ping", "allow"} {
+	for _, op := range []string{"put", "redeem", "nonce", "acquire", "renew", "complete", "release", "lookup", "ping", "allow"} {
 		is.obs[op] = m.storeDur.WithLabelValues(op)
 		is.errs[op] = m.storeErrs.WithLabelValues(op)
 	}
@@ -193,6 +193,13 @@ func (s *instrumented) Release(ctx context.Context, key, owner string) (bool, er
 	ok, err := s.Store.Release(ctx, key, owner)
 	s.done("release", start, err)
 	return ok, err
+}
+
+func (s *instrumented) Lookup(ctx context.Context, key string) (store.Record, bool, error) {
+	start := time.Now()
+	rec, found, err := s.Store.Lookup(ctx, key)
+	s.done("lookup", start, err)
+	return rec, found, err
 }
 
 func (s *instrumented) Ping(ctx context.Context) error {

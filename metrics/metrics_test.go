@@ -36,6 +36,10 @@ func (failingRecords) Release(context.Context, string, string) (bool, error) {
 	return false, errDown
 }
 
+func (failingRecords) Lookup(context.Context, string) (store.Record, bool, error) {
+	return store.Record{}, false, errDown
+}
+
 // samples returns the store duration counts and error counts by op.
 func samples(t *testing.T, m *metrics.Metrics) (durations, errs map[string]uint64) {
 	t.Helper()
@@ -67,7 +71,7 @@ func samples(t *testing.T, m *metrics.Metrics) (durations, errs map[string]uint6
 // are timed and counted under their own op labels.
 func TestInstrumentRecords(t *testing.T) {
 	ctx := context.Background()
-	ops := []string{"acquire", "renew", "complete", "release", "redeem"}
+	ops := []string{"acquire", "renew", "complete", "release", "redeem", "lookup"}
 	tests := []struct {
 		name    string
 		store   func() store.Store
@@ -83,12 +87,14 @@ func TestInstrumentRecords(t *testing.T) {
 			defer st.Close()
 			exp := time.Minute
 			results := map[string]error{}
-			var acquired, renewed, completed, released bool
+			var acquired, renewed, completed, released, found bool
 			_, acquired, results["acquire"] = st.Acquire(ctx, "k", "fp", "o", exp)
 			renewed, results["renew"] = st.Renew(ctx, "k", "o", exp)
 			completed, results["complete"] = st.Complete(ctx, "k", "o", []byte("done"), exp)
 			_, _, _ = st.Acquire(ctx, "k2", "fp", "o", exp)
 			released, results["release"] = st.Release(ctx, "k2", "o")
+			var rec store.Record
+			rec, found, results["lookup"] = st.Lookup(ctx, "k")
 			var res store.RedeemResult
 			res, _, results["redeem"] = st.Redeem(ctx, "never-issued", store.Token{Purpose: "p"}, "o", exp)
 			durations, errs := samples(t, m)
@@ -111,8 +117,8 @@ func TestInstrumentRecords(t *testing.T) {
 					t.Errorf("errors for op=%q = %d, want %d", op, errs[op], wantErrs)
 				}
 			}
-			if !tc.wantErr && !(acquired && renewed && completed && released && res == store.Absent) {
-				t.Errorf("forwarded calls = %v %v %v %v %v; want all true and absent", acquired, renewed, completed, released, res)
+			if !tc.wantErr && !(acquired && renewed && completed && released && res == store.Absent && found && rec.Completed) {
+				t.Errorf("forwarded calls = %v %v %v %v %v %v %v; want all true and absent", acquired, renewed, completed, released, res, found, rec.Completed)
 			}
 		})
 	}

@@ -12,9 +12,9 @@
 //   - tokens, under their ID (Put, Redeem);
 //   - nonces, under NonceKey(scope, nonce) (Put): set-if-absent markers
 //     with nothing to redeem;
-//   - records of an execution (Acquire, Renew, Complete, Release), under a
-//     caller's key, or a token's own record under TokenRecordKey(id),
-//     which Redeem opens beside the token.
+//   - records of an execution (Acquire, Renew, Complete, Release, and
+//     Lookup for operators), under a caller's key, or a token's own record
+//     under TokenRecordKey(id), which Redeem opens beside the token.
 //
 // Keys beginning with "\x00" are the store's own: a caller's token ID or
 // record key never begins with it.
@@ -27,6 +27,10 @@
 // computed on the caller's clock: how long an entry lives does not depend
 // on how far the caller's clock is from the store's. A duration <= 0 acts
 // as if the entry were set and reached its expiry at once.
+//
+// The instants Lookup reports, a record's Created and Expires, are read
+// from the same clock: compared with the caller's clock, they are off by
+// the skew between the two.
 //
 // # Errors
 //

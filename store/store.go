@@ -200,6 +200,15 @@ type Store interface {
 	// another owner (an empty owner: see Complete).
 	Release(ctx context.Context, key, owner string) (ok bool, err error)
 
+	// Lookup returns the live record under key (a caller's record key, or
+	// TokenRecordKey(id) for a token's record), processing or completed,
+	// with Created and Expires set and its own copy of Response. found is
+	// false and err is nil when no live record holds key: an ended lease or
+	// retention is no record. A Reserved key other than a TokenRecordKey is
+	// never found. Lookup changes nothing: it is for operators, who look at
+	// a record before they end it with Release(ctx, key, "").
+	Lookup(ctx context.Context, key string) (rec Record, found bool, err error)
+
 	// Ping reports whether the store can serve requests now.
 	Ping(ctx context.Context) error
 

@@ -14,10 +14,11 @@ import (
 // Store returns st with a client span around every call, a child of the
 // call's context's span: "store.put" (or "store.nonce" for a nonce's
 // key), "store.redeem", "store.acquire", "store.renew", "store.complete",
-// "store.release", "store.ping" and "store.allow". A failed call records
-// its error and sets the span's status to Error; answers that are not
-// errors (a token absent, a lock held) are attributes: replayguard.result
-// for Redeem, replayguard.ok for the others. Keys and token IDs are
+// "store.release", "store.lookup", "store.ping" and "store.allow". A
+// failed call records its error and sets the span's status to Error;
+// answers that are not errors (a token absent, a lock held, a record not
+// found) are attributes: replayguard.result for Redeem, replayguard.ok
+// for the others. Keys and token IDs are
 // never recorded. When st is also a store.Limiter, so is the result.
 func Store(st store.Store, tp trace.TracerProvider) store.Store {
 	ts := &traced{Store: st, tracer: tp.Tracer(ScopeName)}
@@ -103,6 +104,15 @@ func (s *traced) Release(ctx context.Context, key, owner string) (bool, error) {
 	span.SetAttributes(okKey.Bool(ok))
 	end(span, err)
 	return ok, err
+}
+
+// Lookup's replayguard.ok is whether the record was found.
+func (s *traced) Lookup(ctx context.Context, key string) (store.Record, bool, error) {
+	ctx, span := s.start(ctx, "store.lookup")
+	rec, found, err := s.Store.Lookup(ctx, key)
+	span.SetAttributes(okKey.Bool(found))
+	end(span, err)
+	return rec, found, err
 }
 
 func (s *traced) Ping(ctx context.Context) error {

@@ -75,3 +75,45 @@ func TestStore(t *testing.T) {
 		t.Errorf("a failed call has status %v and events %v, want Error and the recorded error", failed.Status(), failed.Events())
 	}
 }
+
+// TestStoreLookup checks Lookup's span: "store.lookup", with
+// replayguard.ok saying whether the record was found.
+func TestStoreLookup(t *testing.T) {
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	mem := memory.New()
+	defer mem.Close()
+	ctx := context.Background()
+	if _, ok, err := mem.Acquire(ctx, "held", "fp", "o", time.Minute); err != nil || !ok {
+		t.Fatalf("Acquire = %v, %v", ok, err)
+	}
+	st := tracing.Store(mem, tp)
+	for _, tc := range []struct {
+		key   string
+		found bool
+	}{{"held", true}, {"absent", false}} {
+		r, found, err := st.Lookup(ctx, tc.key)
+		if err != nil || found != tc.found || (found && r.Owner != "o") {
+			t.Fatalf("Lookup(%q) = %+v, %v, %v; want found %v", tc.key, r, found, err, tc.found)
+		}
+	}
+	spans := rec.Ended()
+	if len(spans) != 2 {
+		t.Fatalf("%d spans, want 2", len(spans))
+	}
+	for i, want := range []bool{true, false} {
+		s := spans[i]
+		if s.Name() != "store.lookup" || s.SpanKind() != trace.SpanKindClient {
+			t.Errorf("span %d is %q (%v), want a client span store.lookup", i, s.Name(), s.SpanKind())
+		}
+		var ok, seen bool
+		for _, a := range s.Attributes() {
+			if a.Key == "replayguard.ok" {
+				ok, seen = a.Value.AsBool(), true
+			}
+		}
+		if !seen || ok != want {
+			t.Errorf("span %d: replayguard.ok = %v (set: %v), want %v", i, ok, seen, want)
+		}
+	}
+}

@@ -30,7 +30,7 @@ const (
 // amd64 (a map slot, the entry, the key's header; a record's struct).
 const (
 	entryOverhead  = 128
-	recordOverhead = 80
+	recordOverhead = 96
 	// completeSlack is how far Complete may grow a record past the byte
 	// budget: enough for an outcome without its body, so that a record
 	// can always be completed as "not stored" (see store.Store.Complete).
@@ -136,6 +136,7 @@ type record struct {
 	completed          bool
 	fingerprint, owner string
 	response           []byte
+	created            int64 // unix ns, when Acquire or Redeem opened it
 }
 
 // export returns r as a store.Record with its own copy of the response.
@@ -178,7 +179,7 @@ func WithMaxEntries(n int) Option {
 
 // WithMaxBytes bounds the memory the store's entries take, in bytes:
 // their keys, purposes, subjects and stored responses, plus a fixed
-// overhead each (about 128 bytes, 208 for a record). Idempotency records
+// overhead each (about 128 bytes, 224 for a record). Idempotency records
 // may take at most half of it, as with WithMaxEntries. A Put, Redeem or Acquire that does not fit returns
 // store.ErrFull; a Complete whose response does not fit returns it too
 // (package idempotency then completes the record without the body). The
@@ -509,7 +510,7 @@ func (s *Store) Redeem(ctx context.Context, id string, want store.Token, owner s
 	// reserve may sweep every shard: it must run without a shard lock.
 	// The token is looked at again once the slot is held.
 	rk := store.TokenRecordKey(id)
-	r := &record{fingerprint: want.Fingerprint(), owner: owner}
+	r := &record{fingerprint: want.Fingerprint(), owner: owner, created: now}
 	e := entry{purpose: want.Purpose, subject: want.Subject, exp: exp, rec: r}
 	e.size = sizeOf(rk, e)
 	reserved := s.reserve(rk, e.size, now)
@@ -586,7 +587,7 @@ func (s *Store) Acquire(ctx context.Context, key, fingerprint, owner string, lea
 		}
 		return store.Record{Fingerprint: fingerprint, Owner: owner}, true, nil
 	}
-	r := &record{fingerprint: fingerprint, owner: owner}
+	r := &record{fingerprint: fingerprint, owner: owner, created: now}
 	old, acquired, err := s.put(k, entry{exp: exp, rec: r}, now)
 	switch {
 	case err != nil:
@@ -669,7 +670,7 @@ func (s *Store) Complete(ctx context.Context, key, owner string, response []byte
 	resp := bytes.Clone(response) // outside the shard lock
 	return s.update(ctx, "complete", key, owner, true, func(e entry) (entry, error) {
 		e.exp = expiry(s.now().UnixNano(), keep)
-		e.rec = &record{completed: true, fingerprint: e.rec.fingerprint, owner: owner, response: resp}
+		e.rec = &record{completed: true, fingerprint: e.rec.fingerprint, owner: owner, response: resp, created: e.rec.created}
 		return e, nil
 	})
 }
@@ -680,6 +681,30 @@ func (s *Store) Release(ctx context.Context, key, owner string) (bool, error) {
 		e.exp = math.MinInt64 // deleted by update
 		return e, nil
 	})
+}
+
+// Lookup implements store.Store: it reads the live record under key
+// under its shard's lock, on the store's clock (WithClock), and changes
+// nothing: an expired entry is left for the janitor.
+func (s *Store) Lookup(ctx context.Context, key string) (store.Record, bool, error) {
+	if err := s.check(ctx, "lookup"); err != nil {
+		return store.Record{}, false, err
+	}
+	if _, ok := store.TokenOfRecord(key); store.Reserved(key) && !ok {
+		return store.Record{}, false, nil
+	}
+	now := s.now().UnixNano()
+	k := recordKey(key)
+	sh := &s.shards[s.shardIndex(k)]
+	sh.mu.Lock()
+	e, ok := sh.m[k]
+	sh.mu.Unlock()
+	if !ok || e.exp <= now || e.rec == nil {
+		return store.Record{}, false, nil
+	}
+	rec := e.rec.export() // the record is never modified: see record
+	rec.Created, rec.Expires = time.Unix(0, e.rec.created), time.Unix(0, e.exp)
+	return rec, true, nil
 }
 
 // Usage implements store.Usager: what the store holds against its bounds.

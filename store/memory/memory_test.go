@@ -402,6 +402,9 @@ func TestClosedStoreRefusesCalls(t *testing.T) {
 	if _, err := s.Release(ctx, "x", "o"); !errors.Is(err, store.ErrClosed) {
 		t.Fatalf("release after close: %v", err)
 	}
+	if _, _, err := s.Lookup(ctx, "x"); !errors.Is(err, store.ErrClosed) {
+		t.Fatalf("lookup after close: %v", err)
+	}
 }
 
 func TestLimiterKeyBound(t *testing.T) {

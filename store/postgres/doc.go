@@ -8,15 +8,24 @@
 //
 // Migrate creates everything the store uses, from the numbered files in
 // migrations/ (embedded; DBAs can read and apply them by hand), recorded
-// in replayguard_schema_migrations. Every name begins with replayguard_:
+// in replayguard_schema_migrations: 001_initial.sql creates the schema,
+// 002_record_created.sql adds replayguard_records.created_at and replaces
+// replayguard_acquire and replayguard_redeem to set it. A database an
+// earlier release set up gets the migrations it lacks when Migrate next
+// runs (the server runs it at start). 002's ALTER TABLE takes the
+// records table's ACCESS EXCLUSIVE lock, briefly, but only once every
+// transaction that has touched the table has ended, and the store's
+// statements wait behind it: see the file for the case of long
+// idempotency/pgtx transactions. Every name begins with replayguard_:
 //
 //   - replayguard_tokens (id, purpose, subject, expires_at): issued,
 //     unredeemed tokens;
 //   - replayguard_nonces (key, expires_at): nonces seen, under
 //     store.NonceKey without its "\x00n" prefix;
 //   - replayguard_records (key, completed, fingerprint, owner, response,
-//     expires_at): records of executions, under the caller's key or, for a
-//     token's own record, store.TokenRecordKey(id) ("\x00t" || id);
+//     expires_at, created_at): records of executions, under the caller's
+//     key or, for a token's own record, store.TokenRecordKey(id) ("\x00t"
+//     || id); created_at is NULL for a row opened before migration 002;
 //   - replayguard_rate_limits (key, tat): GCRA state per rate-limit key;
 //   - the functions replayguard_redeem, replayguard_acquire,
 //     replayguard_complete, replayguard_allow and replayguard_cleanup.
@@ -39,6 +48,7 @@
 //     state and expiry on the row's latest version;
 //   - Complete is replayguard_complete: it locks the token (for a token's
 //     record), updates the record and deletes the token;
+//   - Lookup is one SELECT of the live row, which locks nothing;
 //   - Allow is replayguard_allow, GCRA as go-redis/redis_rate computes it.
 //
 // Locks are only ever taken token first, record second, so concurrent
@@ -56,7 +66,8 @@
 // <oid of replayguard_tokens>) and does nothing when another session
 // holds it. A duration <= 0 acts as if the entry had been set and had
 // expired at once. Durations are sent in whole microseconds, rounded up,
-// and capped at about 285 years.
+// and capped at about 285 years. The instants Lookup reports, a record's
+// created_at and expires_at, are the database's clock's too.
 //
 // # Failure
 //

@@ -64,6 +64,10 @@ var calls = []call{
 		_, err := s.Release(ctx, "x", "o")
 		return err
 	}},
+	{"Lookup", func(ctx context.Context, s *postgres.Store) error {
+		_, _, err := s.Lookup(ctx, "x")
+		return err
+	}},
 	{"Ping", func(ctx context.Context, s *postgres.Store) error { return s.Ping(ctx) }},
 	{"Allow", func(ctx context.Context, s *postgres.Store) error {
 		_, _, err := s.Allow(ctx, "x", store.Limit{Rate: 1, Burst: 1, Period: time.Second})

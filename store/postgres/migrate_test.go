@@ -2,6 +2,7 @@ package postgres_test
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -9,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/replayguard/replayguard/store"
 	"github.com/replayguard/replayguard/store/postgres"
 	"github.com/replayguard/replayguard/store/storetest"
 )
@@ -185,5 +187,67 @@ func TestUnmigratedSchema(t *testing.T) {
 	_, err := s.Put(ctx, storetest.ID(), tokenP, time.Minute)
 	if err == nil || !strings.Contains(err.Error(), "Migrate") {
 		t.Fatalf("Put on an unmigrated schema: err = %v; want one naming Migrate", err)
+	}
+}
+
+// TestMigrateFromVersion1 upgrades a database that an earlier release
+// set up and holds records in: Lookup fails, naming Migrate, until
+// migration 002 is applied; then the records opened before it are found
+// with a zero Created, which Renew and Complete leave zero, and records
+// opened after it have theirs.
+func TestMigrateFromVersion1(t *testing.T) {
+	pool := newPool(t, newSchema(t), 4)
+	ctx := context.Background()
+	if err := postgres.MigrateTo(ctx, pool, 1); err != nil {
+		t.Fatal(err)
+	}
+	s := postgres.New(pool, postgres.WithTimeout(loadedTimeout))
+	defer s.Close()
+	tok := store.Token{Purpose: "checkout", Subject: "alice"}
+	id := storetest.ID()
+	if ok, err := s.Put(ctx, id, tok, time.Hour); err != nil || !ok {
+		t.Fatalf("Put = %v, %v", ok, err)
+	}
+	if res, _, err := s.Redeem(ctx, id, tok, "o", time.Minute); err != nil || res != store.Redeemed {
+		t.Fatalf("Redeem = %v, %v", res, err)
+	}
+	for _, k := range []string{"processing", "completed"} {
+		if _, ok, err := s.Acquire(ctx, k, "fp", "o", time.Minute); err != nil || !ok {
+			t.Fatalf("Acquire(%s) = %v, %v", k, ok, err)
+		}
+	}
+	if ok, err := s.Complete(ctx, "completed", "o", []byte("done"), time.Hour); err != nil || !ok {
+		t.Fatalf("Complete = %v, %v", ok, err)
+	}
+	if _, _, err := s.Lookup(ctx, "processing"); !errors.Is(err, store.ErrUnavailable) || !strings.Contains(err.Error(), "Migrate") {
+		t.Fatalf("Lookup before migration 002: err = %v; want one naming Migrate", err)
+	}
+
+	if err := postgres.Migrate(ctx, pool); err != nil {
+		t.Fatal(err)
+	}
+	wantApplied(t, pool)
+	if ok, err := s.Renew(ctx, "processing", "o", time.Hour); err != nil || !ok {
+		t.Fatalf("Renew after the migration = %v, %v", ok, err)
+	}
+	for _, k := range []string{"processing", "completed", store.TokenRecordKey(id)} {
+		rec, found, err := s.Lookup(ctx, k)
+		if err != nil || !found || !rec.Created.IsZero() || rec.Expires.IsZero() {
+			t.Fatalf("Lookup(%q) of a record opened before 002 = %+v, %v, %v; want it found with a zero Created", k, rec, found, err)
+		}
+	}
+	if ok, err := s.Complete(ctx, store.TokenRecordKey(id), "o", []byte("done"), time.Hour); err != nil || !ok {
+		t.Fatalf("Complete of the token's record = %v, %v", ok, err)
+	}
+	if rec, found, err := s.Lookup(ctx, store.TokenRecordKey(id)); err != nil || !found || !rec.Completed || !rec.Created.IsZero() {
+		t.Fatalf("Lookup of the completed token's record = %+v, %v, %v; want it completed, Created still zero", rec, found, err)
+	}
+
+	before := time.Now()
+	if _, ok, err := s.Acquire(ctx, "new", "fp", "o", time.Minute); err != nil || !ok {
+		t.Fatalf("Acquire after the migration = %v, %v", ok, err)
+	}
+	if rec, found, err := s.Lookup(ctx, "new"); err != nil || !found || rec.Created.Before(before.Add(-time.Second)) {
+		t.Fatalf("Lookup of a record opened after 002 = %+v, %v, %v; want its Created", rec, found, err)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -43,6 +44,8 @@ var (
 	completeSQL string
 	//go:embed queries/release.sql
 	releaseSQL string
+	//go:embed queries/lookup.sql
+	lookupSQL string
 	//go:embed queries/allow.sql
 	allowSQL string
 	//go:embed queries/cleanup.sql
@@ -199,13 +202,14 @@ func (s *Store) begin(ctx context.Context, op string) (context.Context, context.
 }
 
 // fail is the error of a call that did not complete: it wraps
-// store.ErrUnavailable. A missing table or function says how to fix it.
+// store.ErrUnavailable. A missing table, function or column says how to
+// fix it.
 // The error text never holds an argument: pgx errors carry the server's
 // message and SQLSTATE, not the row (a PgError's Detail, which may quote
 // one, is not part of its text).
 func fail(op string, err error) error {
 	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && (pgErr.Code == "42P01" || pgErr.Code == "42883") {
+	if errors.As(err, &pgErr) && (pgErr.Code == "42P01" || pgErr.Code == "42883" || pgErr.Code == "42703") {
 		err = fmt.Errorf("%w (run postgres.Migrate on this database, with the store's search_path)", err)
 	}
 	return store.Unavailable("postgres: "+op, err)
@@ -421,6 +425,40 @@ func (s *Store) Release(ctx context.Context, key, owner string) (bool, error) {
 		return false, fail("release", err)
 	}
 	return tag.RowsAffected() == 1, nil
+}
+
+// Lookup implements store.Store with one SELECT (queries/lookup.sql) of
+// the live row under key, which locks nothing. Created and Expires are
+// the row's created_at and expires_at, on the database's clock; a row
+// opened before migration 002 has no created_at: a zero Created.
+func (s *Store) Lookup(ctx context.Context, key string) (store.Record, bool, error) {
+	ctx, cancel, err := s.begin(ctx, "lookup")
+	if err != nil {
+		return store.Record{}, false, err
+	}
+	defer cancel()
+	if _, ok := store.TokenOfRecord(key); store.Reserved(key) && !ok {
+		return store.Record{}, false, nil
+	}
+	var (
+		rec     record
+		created *time.Time
+		expires time.Time
+	)
+	err = s.pool.QueryRow(ctx, lookupSQL, bytea(key)).
+		Scan(&rec.completed, &rec.fingerprint, &rec.owner, &rec.response, &created, &expires)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return store.Record{}, false, nil
+	case err != nil:
+		return store.Record{}, false, fail("lookup", err)
+	}
+	out := rec.export()
+	if created != nil {
+		out.Created = *created
+	}
+	out.Expires = expires
+	return out, true, nil
 }
 
 // Allow implements store.Limiter with GCRA in one call of

@@ -15,6 +15,9 @@
 //   - Renew, Complete and Release are one Lua script each (renew.lua,
 //     complete.lua, release.lua) that check the record's owner and state
 //     before moving its expiry, storing the response, or deleting it;
+//   - Lookup is one Lua script (lookup.lua) that reads the record with its
+//     remaining lifetime (PTTL) and the server's clock (TIME), and changes
+//     nothing;
 //   - Allow is go-redis/redis_rate's GCRA script.
 //
 // With WithMinReplicas, a call that changed something sends WAIT on the
@@ -28,9 +31,11 @@
 // An idempotency record lives under prefix + "r:{" + key + "}", and a
 // token's own record (store.TokenRecordKey) under prefix + "r:{" + id +
 // "}t", in the token's slot. It is a hash: s is "p" while processing and
-// "c" once completed, f the fingerprint, o the owner and r the response
-// bytes. It expires with its lease (PEXPIRE), and once completed at the
-// end of its retention, which replaces the lease.
+// "c" once completed, f the fingerprint, o the owner, r the response
+// bytes and t when it was opened (microseconds since the Unix epoch, from
+// the server's TIME; records opened by releases before Lookup have none).
+// It expires with its lease (PEXPIRE), and once completed at the end of
+// its retention, which replaces the lease.
 //
 // # Clocks
 //
@@ -42,7 +47,8 @@
 // server's clocks can neither shorten a nonce's retention (letting a
 // replay through) nor change how long a stored token lives. Durations are sent in
 // whole milliseconds, rounded up; one <= 0 stores no token or nonce, and
-// deletes a record at once.
+// deletes a record at once. The instants Lookup reports are the server's
+// too: a record's t, and its expiry as the server's TIME plus its PTTL.
 //
 // # Failure
 //

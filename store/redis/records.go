@@ -5,6 +5,7 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -26,12 +27,15 @@ var (
 	releaseSrc string
 	//go:embed redeem.lua
 	redeemSrc string
+	//go:embed lookup.lua
+	lookupSrc string
 
 	acquire  = goredis.NewScript(acquireSrc)
 	renew    = goredis.NewScript(renewSrc)
 	complete = goredis.NewScript(completeSrc)
 	release  = goredis.NewScript(releaseSrc)
 	redeem   = goredis.NewScript(redeemSrc)
+	lookup   = goredis.NewScript(lookupSrc)
 )
 
 // recordKey returns the Redis key that holds the record under key:
@@ -42,9 +46,11 @@ var (
 // key, which ends in "}".
 //
 // The record is a hash with the fields s ("p" while processing, "c" once
-// completed), f (fingerprint), o (owner) and r (the response, completed
-// records only), expiring at the lease's end or, once completed, at the
-// end of its retention.
+// completed), f (fingerprint), o (owner), r (the response, completed
+// records only) and t (when Acquire or Redeem opened it: microseconds
+// since the Unix epoch on the server's clock, absent from records opened
+// by earlier releases), expiring at the lease's end or, once completed,
+// at the end of its retention.
 func (s *Store) recordKey(key string) string {
 	if id, ok := store.TokenOfRecord(key); ok {
 		return s.prefix + "r:{" + id + "}t"
@@ -253,4 +259,65 @@ func (s *Store) Redeem(ctx context.Context, id string, want store.Token, owner s
 		return store.Redeemed, store.Record{Fingerprint: want.Fingerprint(), Owner: owner}, nil
 	}
 	return store.Redeemed, store.Record{}, nil
+}
+
+// Lookup implements store.Store with one Lua script (lookup.lua) that
+// reads the record's hash, its remaining lifetime (PTTL) and the server's
+// clock (TIME) in one round trip and changes nothing, so it never waits
+// for replicas (WithMinReplicas). Created and Expires are on the Redis
+// server's clock: Expires is the server's time plus the record's PTTL, to
+// the millisecond. A record opened by an earlier release, which did not
+// keep its opening time, has a zero Created.
+func (s *Store) Lookup(ctx context.Context, key string) (store.Record, bool, error) {
+	ctx, cancel, err := s.begin(ctx, "lookup")
+	if err != nil {
+		return store.Record{}, false, err
+	}
+	defer cancel()
+	if _, ok := store.TokenOfRecord(key); store.Reserved(key) && !ok {
+		return store.Record{}, false, nil
+	}
+	v, err := lookup.Run(ctx, s.writer, []string{s.recordKey(key)}).Slice()
+	if err != nil {
+		return store.Record{}, false, fail("lookup", err)
+	}
+	if len(v) == 1 && v[0] == int64(0) {
+		return store.Record{}, false, nil
+	}
+	if len(v) != 9 || v[0] != int64(1) {
+		return store.Record{}, false, unexpectedReply("lookup", v)
+	}
+	rec, ok := parseRecord(v[1:5])
+	if !ok {
+		return store.Record{}, false, unexpectedReply("lookup", v)
+	}
+	created, ok1 := v[5].(string)
+	pttl, ok2 := v[6].(int64)
+	sec, ok3 := v[7].(string)
+	usec, ok4 := v[8].(string)
+	now, ok5 := serverTime(sec, usec)
+	if !ok1 || !ok2 || !ok3 || !ok4 || !ok5 {
+		return store.Record{}, false, unexpectedReply("lookup", v)
+	}
+	if created != "" {
+		us, err := strconv.ParseInt(created, 10, 64)
+		if err != nil {
+			return store.Record{}, false, unexpectedReply("lookup", v)
+		}
+		rec.Created = time.UnixMicro(us)
+	}
+	if pttl >= 0 { // -1: no expiry, which the store never leaves a record with
+		rec.Expires = now.Add(time.Duration(pttl) * time.Millisecond)
+	}
+	return rec, true, nil
+}
+
+// serverTime is the instant of a TIME reply: seconds and microseconds.
+func serverTime(sec, usec string) (time.Time, bool) {
+	s, err1 := strconv.ParseInt(sec, 10, 64)
+	us, err2 := strconv.ParseInt(usec, 10, 64)
+	if err1 != nil || err2 != nil {
+		return time.Time{}, false
+	}
+	return time.UnixMicro(s*1_000_000 + us), true
 }

@@ -11,7 +11,8 @@
 -- ARGV[4]  the lease, in milliseconds (PEXPIRE; 0 deletes the record at once)
 --
 -- The record is a hash like acquire.lua's: s = "p" or "c", f = the
--- fingerprint, o = the owner, r = the response.
+-- fingerprint, o = the owner, r = the response, t = when it was opened
+-- (microseconds, the server's TIME).
 --
 -- Returns {0} absent, {1} redeemed, {2} purpose mismatch, {3} subject
 -- mismatch, or {4, s, f, o, r} for the live record found. Only {1}
@@ -44,6 +45,8 @@ if ARGV[3] == "" then
   redis.call("DEL", KEYS[1])
   return {1}
 end
-redis.call("HSET", KEYS[2], "s", "p", "f", ARGV[1], "o", ARGV[3])
+local now = redis.call("TIME") -- as in acquire.lua
+local t = now[1] .. string.rep("0", 6 - #now[2]) .. now[2]
+redis.call("HSET", KEYS[2], "s", "p", "f", ARGV[1], "o", ARGV[3], "t", t)
 redis.call("PEXPIRE", KEYS[2], ARGV[4])
 return {1}

@@ -444,4 +444,4 @@ func (s *Store) Close() error {
 // selects it on every new connection), on a Cluster +cluster|slots, and
 // with WithMinReplicas +wait. The README quotes this rule, and tests run
 // the conformance suite as a user that has exactly these (and +wait).
-const ACLCommands = "+get +set +del +hmget +hset +pexpire +time +eval +evalsha +ping"
+const ACLCommands = "+get +set +del +hmget +hset +pexpire +pttl +time +eval +evalsha +ping"

@@ -9,6 +9,7 @@ import (
 	"math"
 	"net"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -229,7 +230,7 @@ func TestKeys(t *testing.T) {
 }
 
 // TestRecordLayout pins the record key and hash fields the docs describe:
-// s, f, o and r, expiring with the lease and then with the retention.
+// s, f, o, r and t, expiring with the lease and then with the retention.
 func TestRecordLayout(t *testing.T) {
 	s, mr, _ := newMiniredis(t, redis.WithPrefix("app:"))
 	defer s.Close()
@@ -248,8 +249,17 @@ func TestRecordLayout(t *testing.T) {
 	if st, fp, owner := field("s"), field("f"), field("o"); st != "p" || fp != "fp" || owner != "owner" {
 		t.Fatalf("processing record: s=%q f=%q o=%q; want p, fp, owner", st, fp, owner)
 	}
-	if fields, err := mr.HKeys("app:r:{42}"); err != nil || len(fields) != 3 {
-		t.Fatalf("processing record fields = %q, %v; want f, o, s", fields, err)
+	if fields, err := mr.HKeys("app:r:{42}"); err != nil || len(fields) != 4 {
+		t.Fatalf("processing record fields = %q, %v; want f, o, s, t", fields, err)
+	}
+	// t: when the record was opened, in microseconds on the server's clock.
+	opened := strconv.FormatInt(newClock().Now().UnixMicro(), 10)
+	if got := field("t"); got != opened {
+		t.Fatalf("processing record: t=%q; want the server's TIME in microseconds, %s", got, opened)
+	}
+	mr.SetTime(newClock().Now().Add(time.Second)) // t is not rewritten
+	if ok, err := s.Renew(ctx, key, "owner", time.Minute); err != nil || !ok {
+		t.Fatalf("renew = %v, %v", ok, err)
 	}
 	if ttl := mr.TTL("app:r:{42}"); ttl != time.Minute {
 		t.Fatalf("processing record TTL = %v, want the lease (1m)", ttl)
@@ -258,8 +268,8 @@ func TestRecordLayout(t *testing.T) {
 	if ok, err := s.Complete(ctx, key, "owner", []byte(resp), time.Hour); err != nil || !ok {
 		t.Fatalf("complete = %v, %v", ok, err)
 	}
-	if st, r := field("s"), field("r"); st != "c" || r != resp {
-		t.Fatalf("completed record: s=%q r=%q; want c, %q", st, r, resp)
+	if st, r, tm := field("s"), field("r"), field("t"); st != "c" || r != resp || tm != opened {
+		t.Fatalf("completed record: s=%q r=%q t=%q; want c, %q, %s", st, r, tm, resp, opened)
 	}
 	if ttl := mr.TTL("app:r:{42}"); ttl != time.Hour {
 		t.Fatalf("completed record TTL = %v, want the retention (1h)", ttl)
@@ -285,6 +295,9 @@ func TestTokenRecordLayout(t *testing.T) {
 	}
 	if st, fp, owner := mr.HGet("app:r:{42}t", "s"), mr.HGet("app:r:{42}t", "f"), mr.HGet("app:r:{42}t", "o"); st != "p" || fp != "checkout\nalice" || owner != "owner" {
 		t.Fatalf("processing token record: s=%q f=%q o=%q", st, fp, owner)
+	}
+	if got, want := mr.HGet("app:r:{42}t", "t"), strconv.FormatInt(newClock().Now().UnixMicro(), 10); got != want {
+		t.Fatalf("processing token record: t=%q, want %s", got, want)
 	}
 	if ttl := mr.TTL("app:r:{42}t"); ttl != time.Minute {
 		t.Fatalf("token record TTL = %v, want the lease (1m)", ttl)
@@ -346,6 +359,36 @@ func TestRecordScriptsCacheFlushed(t *testing.T) {
 			t.Fatalf("round %d: redeem record = %v, %v", i, res, err)
 		}
 		flush()
+		if _, found, err := s.Lookup(ctx, store.TokenRecordKey(key)); err != nil || !found {
+			t.Fatalf("round %d: lookup = %v, %v", i, found, err)
+		}
+		flush()
+	}
+}
+
+// TestLookupOfARecordOpenedByAnEarlierRelease: a record hash without t,
+// as releases before Lookup left them, is found with a zero Created and
+// its Expires, and Renew and Complete leave it without one.
+func TestLookupOfARecordOpenedByAnEarlierRelease(t *testing.T) {
+	s, mr, in := newMiniredis(t)
+	defer s.Close()
+	ctx := context.Background()
+	rk := s.RecordKey("old")
+	mr.HSet(rk, "s", "p", "f", "fp", "o", "owner")
+	mr.SetTTL(rk, time.Minute)
+	rec, found, err := s.Lookup(ctx, "old")
+	if err != nil || !found || rec.Owner != "owner" || !rec.Created.IsZero() || !rec.Expires.Equal(in.Now().Add(time.Minute)) {
+		t.Fatalf("Lookup = %+v, %v, %v; want the record, a zero Created and Expires %v", rec, found, err, in.Now().Add(time.Minute))
+	}
+	if ok, err := s.Renew(ctx, "old", "owner", time.Hour); err != nil || !ok {
+		t.Fatalf("Renew = %v, %v", ok, err)
+	}
+	if ok, err := s.Complete(ctx, "old", "owner", []byte("done"), time.Hour); err != nil || !ok {
+		t.Fatalf("Complete = %v, %v", ok, err)
+	}
+	rec, found, err = s.Lookup(ctx, "old")
+	if err != nil || !found || !rec.Completed || !rec.Created.IsZero() || !rec.Expires.Equal(in.Now().Add(time.Hour)) {
+		t.Fatalf("Lookup after Complete = %+v, %v, %v; want it completed, Created still zero", rec, found, err)
 	}
 }
 
@@ -438,6 +481,7 @@ func calls(ctx context.Context, s *redis.Store) map[string]error {
 	_, errs["Renew"] = s.Renew(ctx, "x", "o", time.Minute)
 	_, errs["Complete"] = s.Complete(ctx, "x", "o", []byte("done"), time.Minute)
 	_, errs["Release"] = s.Release(ctx, "x", "o")
+	_, _, errs["Lookup"] = s.Lookup(ctx, "x")
 	errs["Ping"] = s.Ping(ctx)
 	_, _, errs["Allow"] = s.Allow(ctx, "x", store.Limit{Rate: 1, Burst: 1, Period: time.Second})
 	return errs

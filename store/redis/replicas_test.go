@@ -320,6 +320,10 @@ func TestMinReplicas(t *testing.T) {
 				ok, err := s.Renew(ctx, "held", "other", time.Minute)
 				return want(!ok, err)
 			}},
+			{"lookup of a held key", func() error {
+				rec, found, err := s.Lookup(ctx, "held")
+				return want(found && rec.Owner == "owner", err)
+			}},
 		}
 		for _, r := range refusals {
 			start := time.Now()

@@ -95,6 +95,10 @@ func TestStalledRedis(t *testing.T) {
 					return err
 				},
 				"Release": func(ctx context.Context) error { _, err := s.Release(ctx, key, "o"); return err },
+				"Lookup": func(ctx context.Context) error {
+					_, _, err := s.Lookup(ctx, key)
+					return err
+				},
 				"Allow": func(ctx context.Context) error {
 					_, _, err := s.Allow(ctx, key, store.Limit{Rate: 1, Burst: 1, Period: time.Second})
 					return err

@@ -236,6 +236,7 @@ func Run(t *testing.T, newStore Factory) {
 		_, calls["Renew"] = in.Store.Renew(ctx, ID(), owner1, time.Minute)
 		_, calls["Complete"] = in.Store.Complete(ctx, ID(), owner1, nil, time.Minute)
 		_, calls["Release"] = in.Store.Release(ctx, ID(), owner1)
+		_, _, calls["Lookup"] = in.Store.Lookup(ctx, ID())
 		calls["Ping"] = in.Store.Ping(ctx)
 		for name, err := range calls {
 			if !errors.Is(err, store.ErrUnavailable) {
@@ -359,6 +360,7 @@ func Run(t *testing.T, newStore Factory) {
 
 	runRecords(t, open)
 	runTokenRecords(t, open)
+	runLookup(t, open)
 
 	t.Run("limiter admits the burst then refuses with a retry time", func(t *testing.T) {
 		in := open(t)

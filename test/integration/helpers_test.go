@@ -131,6 +131,10 @@ func (brokenStore) Release(context.Context, string, string) (bool, error) {
 	return false, errBroken
 }
 
+func (brokenStore) Lookup(context.Context, string) (store.Record, bool, error) {
+	return store.Record{}, false, errBroken
+}
+
 func (brokenStore) Ping(context.Context) error { return errBroken }
 func (brokenStore) Close() error               { return nil }
 
