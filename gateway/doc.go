@@ -43,36 +43,71 @@
 //     secret is ever logged or put in an error.
 //
 // Before matching, the method is uppercased: "post" is routed, and
-// reaches the app, as POST, since many apps read it so. A request that is
-// another spelling of a routed path is redirected (307) to the routed
-// one: a path not in canonical form (/x/../orders, //orders), the same
-// with its dots or slashes percent-encoded (/x/%2e%2e/orders,
-// /x%2F..%2Forders), and a subtree's path without its slash (/api under
-// /api/), as ServeMux redirects it. Percent-encoded letters match as
-// decoded (/%6Frders is /orders) and reach the app as sent. Host patterns
+// reaches the app, as POST, since many apps read it so. Host patterns
 // match the Host in any case and with a trailing dot (SHOP.TEST,
 // shop.test.).
 //
-// Spellings that servers read each in their own way are refused with 400
-// invalid_request, whether or not they would be routed, so that the app
-// never gets a path or host other than the one the gateway matched: a
-// Host that is not host[:port] ([shop.test], shop.test,evil,
-// shop.test:80:80, .shop.test), no Host (HTTP/1.0) when a route has a
-// host pattern, and in the path a backslash (\ or %5C, a slash to
-// Windows servers and WHATWG URL parsers), a semicolon (; or %3B: Tomcat,
-// Jetty and Spring read /x/..;/checkout as /checkout), a double-encoded
-// dot, slash, backslash or semicolon (%252e, %252f, %255c, %253b, for
-// servers that decode twice) or a percent-encoded control character
-// (%00).
+// # Spellings
+//
+// A policy must not be skipped by spelling a routed path in a way the
+// app, or a common framework, maps onto the route. Each spelling is
+// matched as the route (its policy applies; let through, the request
+// reaches the app as sent), redirected (307) to the routed path, or
+// refused with 400 invalid_request whether or not it would be routed,
+// where the gateway would have to guess how the app reads it. Examples
+// are for the routes "POST /orders" and "/admin/":
+//
+//	spelling                              example                          read as the route by          gateway
+//	another case                          /ORDERS, /Admin/x                Express, ASP.NET, IIS         matched
+//	a trailing slash, raw or encoded      /orders/, /orders%2f             Express, Rails, Django        matched
+//	a .ext suffix on the last segment     /orders.json, /orders.tar.gz     Rails (.:format), Spring      matched
+//	trailing dots or spaces on a segment  /admin./x, /admin%2e/x,          Windows servers (IIS)         matched
+//	                                      /admin%20/x, /orders%20
+//	compatibility characters (NFKC),      /%EF%BC%8Fadmin/x (／admin/x),  apps that normalise to NFKC   matched
+//	Unicode case                          /order%C5%BF (ſ)                 or fold case
+//	letters or dots encoded two to four   /%256Frders,                     servers that decode more      matched
+//	times                                 /x/%25252e%25252e/orders         than once
+//	an encoded ? or #                     /orders%3Fx                      apps that decode first        matched, ends the path
+//	dot segments, repeated slashes,       /x/../orders, //orders,          every server; nginx after     307 to the routed path
+//	encoded dots or slashes               /x/%2e%2e/orders, /admin%2Fx     decoding
+//	a subtree's path without its slash    /admin                           ServeMux                      307 to /admin/
+//	not UTF-8 once decoded (overlong)     /admin%c0%afx, /caf%E9           lenient decoders: %c0%af is / 400
+//	a segment of only dots and spaces     /.../orders, /x/..%20/orders     Windows: .., . or nothing     400
+//	other than . and ..
+//	a backslash: raw, encoded (once or    /x/..\orders, /x/..%5Corders,    WHATWG URL parsers, Windows   400
+//	more) or as ＼                       /x/..%EF%BC%BCorders
+//	a semicolon: raw, encoded or as ；   /x/..;/orders, /admin;/x         Tomcat, Jetty, Spring         400
+//	. / \ or ; encoded twice              %252e, %252F, %255C, %253B       servers that decode twice     400
+//	a control character, encoded once     /orders%00, /orders%2500         C servers end the path there  400
+//	or more
+//	anything encoded more than four       /%2525252541                     servers that decode until     400
+//	times                                                                  nothing is left
+//	one route as sent, another as a       /orders/NEW, with /orders/{id}   either                        400
+//	spelling                              and /orders/new
+//
+// Letters of other scripts that only look alike (Cyrillic о for o) are
+// other paths to every framework and pass as such. Two patterns that are
+// one path once spelled alike (POST /orders, POST /Orders) conflict. An
+// idempotency key's record belongs to the route and its fingerprint
+// covers the path as sent, so a retry on another spelling gets 422
+// idempotency_key_reused. A Host that is not host[:port] ([shop.test],
+// shop.test,evil, shop.test:80:80, .shop.test) is refused too, and so is
+// a request without a Host (HTTP/1.0) when a route has a host pattern.
 //
 // Requests that match no route pass through without a policy. Client-sent
 // Replayguard-Token-Id, Replayguard-Client-Key-Id and
 // Replayguard-Webhook-Id headers are removed from every request
-// (StripVerifiedHeaders), and ReverseProxy removes
-// hop-by-hop headers and client-sent X-Forwarded-* and Forwarded headers;
-// the gateway sets X-Forwarded-For, -Host and -Proto itself. When the app
+// (StripVerifiedHeaders), and so are hop-by-hop headers and client-sent
+// X-Forwarded-For, -Host and -Proto, Forwarded, X-Real-IP and
+// True-Client-IP (which chi's RealIP believes first), in any case and
+// with underscores for hyphens; the gateway sets X-Forwarded-For, -Host
+// and -Proto and X-Real-IP (the client IP, as in X-Forwarded-For)
+// itself. When the app
 // cannot be reached or does not answer within WithTimeout, the answer is
-// 502 upstream_unavailable. The gateway speaks HTTP/1.1 to the app. A
+// 502 upstream_unavailable; when the client's body cannot be read as it
+// streams to the app (a malformed chunked encoding), it is the client's
+// 400 invalid_request (413 payload_too_large past a limit set in front
+// of the gateway). The gateway speaks HTTP/1.1 to the app. A
 // request whose method is not GET, HEAD, OPTIONS or TRACE is sent again
 // only when none of it was written (the app closed an idle connection as
 // it went out), never after (the app may have run it); for that, its

@@ -71,6 +71,7 @@ type Gateway struct {
 	clientIP  func(*http.Request) string
 	quota     guard.Option // WithCallerQuota
 	netQuota  guard.Option // WithAddressQuota
+	netBytes  guard.Option // WithAddressBytes
 	transport http.RoundTripper
 	timeout   time.Duration
 	log       *slog.Logger
@@ -82,6 +83,7 @@ type Gateway struct {
 	hostRoutes bool
 	tracer     trace.Tracer                  // WithTracerProvider; nil: not traced
 	prop       propagation.TextMapPropagator // WithPropagator
+	spellings  spellings                     // the routes by the folded spellings of their paths
 }
 
 // Option configures a Gateway.
@@ -108,20 +110,29 @@ func WithVerifier(v *replay.Verifier) Option { return func(g *Gateway) { g.verif
 func WithScope(f func(*http.Request) string) Option { return func(g *Gateway) { g.scope = f } }
 
 // WithCallerQuota bounds the idempotency records one caller may open on
-// PolicyIdempotencyKey and PolicyFingerprint routes with its keyed
-// requests: n per the route's retention, counted in lim (see
-// guard.WithCallerQuota). Defaults to none.
+// PolicyIdempotencyKey and PolicyFingerprint routes, with keyed and
+// keyless requests alike: n per the route's retention, counted in lim
+// (see guard.WithCallerQuota). Defaults to none.
 func WithCallerQuota(lim store.Limiter, n int) Option {
 	return func(g *Gateway) { g.quota = guard.WithCallerQuota(lim, n) }
 }
 
 // WithAddressQuota bounds the idempotency records every caller from one
 // client IP (an IPv6 client's /64) may open together on
-// PolicyIdempotencyKey and PolicyFingerprint routes with keyed requests:
-// n per the route's retention, counted in lim (see
-// guard.WithAddressQuota). Defaults to none.
+// PolicyIdempotencyKey and PolicyFingerprint routes, with keyed and
+// keyless requests alike: n per the route's retention, counted in lim
+// (see guard.WithAddressQuota). Defaults to none.
 func WithAddressQuota(lim store.Limiter, n int) Option {
 	return func(g *Gateway) { g.netQuota = guard.WithAddressQuota(lim, n) }
+}
+
+// WithAddressBytes bounds the bytes the idempotency records of every
+// caller from one client IP (an IPv6 client's /64) may take together on
+// PolicyIdempotencyKey and PolicyFingerprint routes, stored responses
+// included: n per the route's retention, counted in lim (see
+// guard.WithAddressBytes). Defaults to none.
+func WithAddressBytes(lim guard.Charger, n int) Option {
+	return func(g *Gateway) { g.netBytes = guard.WithAddressBytes(lim, n) }
 }
 
 // WithFingerprintWindow sets how long PolicyFingerprint routes keep a
@@ -292,8 +303,12 @@ func New(upstream *url.URL, routes []Route, opts ...Option) (*Gateway, error) {
 		} else if h, err = g.policy(rt); err != nil {
 			return nil, fmt.Errorf("gateway: routes[%d] %q: %w", i, rt.Match, err)
 		}
-		if err := register(g.mux, rt.Match, &route{Route: rt, handler: h}); err != nil {
+		rr := &route{Route: rt, handler: h}
+		if err := register(g.mux, rt.Match, rr); err != nil {
 			return nil, fmt.Errorf("gateway: routes[%d]: %w", i, describeRegisterError(err, rt, routes[:i]))
+		}
+		if err := g.spellings.add(rt, routes[:i], rr); err != nil {
+			return nil, fmt.Errorf("gateway: routes[%d]: %w", i, err)
 		}
 		g.hostRoutes = g.hostRoutes || patternHost(rt.Match) != ""
 		if rt.FailOpen {
@@ -321,12 +336,22 @@ func (rt *route) ServeHTTP(w http.ResponseWriter, r *http.Request) { rt.handler.
 // redirect to a routed pattern (dot segments, repeated slashes, a
 // subtree's path without its trailing slash), and a path whose
 // percent-decoded form is, or cleans to, a routed one (%2e%2e, %2F).
-// Spellings that servers read in ways of their own, where redirecting
-// would mean guessing the app's reading, are refused with 400
-// invalid_request before routing, routed or not (checkTarget): a
-// malformed Host, a missing one when a route has a host pattern, and a
-// backslash, semicolon, double-encoded dot, slash, backslash or
-// semicolon, or control character in the path. Host patterns match
+// A path that frameworks map onto a route in other ways is matched as
+// that route, and reaches the app as sent once its policy lets it
+// through (foldPath): in any case (Express, ASP.NET), with a trailing
+// slash (Express, Rails), a .ext suffix (Rails' format), trailing dots
+// or spaces on a segment (Windows), compatibility characters (NFKC:
+// ／admin), deeper percent-encoding (%256F), or an encoded ? or #. A path
+// that is one route as sent and another such spelling is refused
+// (errAmbiguous). Spellings that servers read in ways of their own,
+// where matching or redirecting would mean guessing the app's reading,
+// are refused with 400 invalid_request, routed or not (checkTarget,
+// foldPath): a malformed Host, a missing one when a route has a host
+// pattern, and a backslash, semicolon, double-encoded dot, slash,
+// backslash or semicolon, or control character in the path (also as
+// NFKC lookalikes such as ＼, or encoded deeper), a path that is not
+// UTF-8 once decoded (the overlong %c0%af), and a segment of only dots
+// and spaces other than . and .. (...). Host patterns match
 // whatever the case of the Host header and with a trailing dot
 // (SHOP.TEST, shop.test.), as DNS resolves and virtual hosts match them
 // alike; the app gets the Host as sent in X-Forwarded-Host.
@@ -337,12 +362,15 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	StripVerifiedHeaders(r.Header)
-	r = r.WithContext(r.Context()) // ServeHTTP's changes, on a copy
-	r.Header = r.Header.Clone()
-	StripVerifiedHeaders(r.Header)
-	r.Method = strings.ToUpper(r.Method)
-	rt, pattern, redirect := g.match(r)
+	if m := strings.ToUpper(r.Method); m != r.Method {
+		r = r.WithContext(r.Context())
+		r.Method = m
+	}
+	rt, pattern, redirect, err := g.match(r)
 	switch {
+	case err != nil:
+		metrics.SetRoute(r.Context(), metrics.RouteRefused)
+		problem.Write(w, err)
 	case redirect != nil:
 		metrics.SetRoute(r.Context(), metrics.RouteRedirect)
 		redirect.ServeHTTP(w, r)
@@ -371,39 +399,60 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // front of it, such as nginx) may decode %2e%2e or %2F before it resolves
 // dot segments: so the decoded path, escaped again, is looked up too, and
 // a request whose decoded path is routed or redirected to a route is
-// redirected there. ServeMux compares hosts exactly (ignoring the port),
-// so the lookups see the Host in canonical form (canonicalHost).
-func (g *Gateway) match(r *http.Request) (rt *route, pattern string, redirect http.Handler) {
+// redirected there. Every other spelling of a route's path is found in
+// the folded mux, under its folded path (foldPath) or that path without
+// a .ext suffix (extCuts); a path routed as sent is looked up there too,
+// and refused when it is the spelling of another route. ServeMux
+// compares hosts exactly (ignoring the port), so the lookups see the
+// Host in canonical form (canonicalHost).
+func (g *Gateway) match(r *http.Request) (rt *route, pattern string, redirect http.Handler, err error) {
 	if host := canonicalHost(r.Host); host != r.Host {
 		r = r.WithContext(r.Context())
 		r.Host = host
 	}
 	h, pattern := g.mux.Handler(r)
-	if rt, ok := h.(*route); ok {
-		return rt, pattern, nil
-	}
+	rt, _ = h.(*route)
 	if r.Method == http.MethodConnect {
-		return nil, "", nil
+		if rt == nil {
+			pattern = ""
+		}
+		return rt, pattern, nil, nil
+	}
+	key, err := foldPath(r.URL.Path)
+	if err != nil {
+		return nil, "", nil, err
+	}
+	spelled, err := g.spellings.route(r, key)
+	if err != nil {
+		return nil, "", nil, err
+	}
+	if rt != nil {
+		if spelled != nil && spelled != rt {
+			return nil, "", nil, errAmbiguous
+		}
+		return rt, pattern, nil, nil
 	}
 	if pattern != "" {
-		return nil, "", h
+		return nil, "", h, nil
 	}
 	decoded := &url.URL{Path: r.URL.Path, RawQuery: r.URL.RawQuery}
-	if decoded.EscapedPath() == r.URL.EscapedPath() {
-		return nil, "", nil
+	if decoded.EscapedPath() != r.URL.EscapedPath() {
+		r2 := r.WithContext(r.Context())
+		r2.URL = decoded
+		h, pattern = g.mux.Handler(r2)
+		if _, ok := h.(*route); ok {
+			// The decoded path is routed, hence canonical: a Location
+			// that cannot start with //.
+			return nil, "", http.RedirectHandler(decoded.String(), http.StatusTemporaryRedirect), nil
+		}
+		if pattern != "" {
+			return nil, "", h, nil
+		}
 	}
-	r2 := r.WithContext(r.Context())
-	r2.URL = decoded
-	h, pattern = g.mux.Handler(r2)
-	if _, ok := h.(*route); ok {
-		// The decoded path is routed, hence canonical: a Location
-		// that cannot start with //.
-		return nil, "", http.RedirectHandler(decoded.String(), http.StatusTemporaryRedirect)
+	if spelled != nil {
+		return spelled, spelled.Match, nil, nil
 	}
-	if pattern != "" {
-		return nil, "", h
-	}
-	return nil, "", nil
+	return nil, "", nil, nil
 }
 
 // canonicalHost is host (a Host header: a name or IP literal with an
@@ -433,6 +482,49 @@ func StripVerifiedHeaders(h http.Header) {
 	}
 }
 
+// clientAddressHeaders are the headers through which apps and their
+// middleware learn the client's address, host and scheme from a proxy in
+// front (chi's RealIP believes True-Client-IP, then X-Real-IP, then
+// X-Forwarded-For), in lowercase with hyphens.
+var clientAddressHeaders = []string{"x-forwarded-for", "x-forwarded-host", "x-forwarded-proto", "forwarded", "x-real-ip", "true-client-ip"}
+
+// stripClientAddress removes client-sent clientAddressHeaders from h in
+// every spelling an app might read as them: any case, and with
+// underscores for hyphens (X_Real_IP is HTTP_X_REAL_IP to PHP, Rack and
+// WSGI), which ReverseProxy leaves (it removes the canonical
+// X-Forwarded-* and Forwarded only).
+func stripClientAddress(h http.Header) {
+	for name := range h {
+		for _, want := range clientAddressHeaders {
+			if sameHeader(name, want) {
+				delete(h, name)
+				break
+			}
+		}
+	}
+}
+
+// sameHeader reports whether header name is want (lowercase, with
+// hyphens) in any case, with underscores for hyphens.
+func sameHeader(name, want string) bool {
+	if len(name) != len(want) {
+		return false
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		switch {
+		case 'A' <= c && c <= 'Z':
+			c += 'a' - 'A'
+		case c == '_':
+			c = '-'
+		}
+		if c != want[i] {
+			return false
+		}
+	}
+	return true
+}
+
 // policy builds the handler chain of a route: its policy's middleware
 // around the proxy.
 func (g *Gateway) policy(rt Route) (http.Handler, error) {
@@ -448,7 +540,7 @@ func (g *Gateway) policy(rt Route) (http.Handler, error) {
 			guard.WithKeyRequired(rt.Required),
 			guard.UnsafeFailOpen(rt.FailOpen),
 			guard.WithMaxBody(int64(keeper.MaxBody())))
-		for _, q := range []guard.Option{g.quota, g.netQuota} {
+		for _, q := range []guard.Option{g.quota, g.netQuota, g.netBytes} {
 			if q != nil {
 				opts = append(opts, q)
 			}
@@ -517,8 +609,10 @@ func (g *Gateway) RecordKey(r *http.Request) (string, error) {
 	r.Header = r.Header.Clone()
 	StripVerifiedHeaders(r.Header)
 	r.Method = strings.ToUpper(r.Method)
-	rt, pattern, redirect := g.match(r)
+	rt, pattern, redirect, err := g.match(r)
 	switch {
+	case err != nil:
+		return "", err
 	case redirect != nil:
 		return "", fmt.Errorf("%w: %s %s is redirected to its routed spelling: look up the routed path", problem.ErrBadRequest, r.Method, r.URL.Path)
 	case rt == nil:
@@ -653,7 +747,49 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, detached bool)
 			}
 		}()
 	}
-	g.proxy.ServeHTTP(w, r.WithContext(ctx))
+	if r.Body != nil && r.Body != http.NoBody {
+		b := &clientBody{ReadCloser: r.Body}
+		ctx = context.WithValue(ctx, clientBodyKey{}, b)
+		r = r.WithContext(ctx)
+		r.Body = b
+	} else {
+		r = r.WithContext(ctx)
+	}
+	g.proxy.ServeHTTP(w, r)
+}
+
+// clientBody is a request body as read from the client, which keeps the
+// error a read of it returned: while the body streams to the app, that
+// error (a malformed chunked encoding, a body over a limit, a client
+// that went away) fails the request to the app, and upstreamError must
+// not take it for the app's.
+type clientBody struct {
+	io.ReadCloser
+	err atomic.Pointer[error]
+}
+
+func (b *clientBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err != nil && err != io.EOF {
+		b.err.CompareAndSwap(nil, &err)
+	}
+	return n, err
+}
+
+// clientBodyKey is the context key of the request's *clientBody, which
+// ReverseProxy's ErrorHandler finds under the wrappers of the request it
+// gets (its outgoing one).
+type clientBodyKey struct{}
+
+// bodyError returns the error a read of r's body from the client
+// returned while forward sent it, or nil.
+func bodyError(r *http.Request) error {
+	if b, ok := r.Context().Value(clientBodyKey{}).(*clientBody); ok {
+		if err := b.err.Load(); err != nil {
+			return *err
+		}
+	}
+	return nil
 }
 
 // abandon leaves the record of the response being written to w
@@ -699,8 +835,9 @@ func neverSent(method string, err error) bool {
 type noFlush struct{ http.ResponseWriter }
 
 // rewrite builds the request to the app: the upstream's URL, the
-// X-Forwarded-* headers from what the gateway saw (client-sent ones and
-// Forwarded were removed by ReverseProxy), the verified facts, and the
+// X-Forwarded-* and X-Real-IP headers from what the gateway saw
+// (client-sent ones, and Forwarded and True-Client-IP, are removed in
+// every spelling: stripClientAddress), the verified facts, and the
 // request ID. A request whose method is not safe is made one the
 // transport never resends (sendOnce).
 func (g *Gateway) rewrite(pr *httputil.ProxyRequest) {
@@ -708,9 +845,11 @@ func (g *Gateway) rewrite(pr *httputil.ProxyRequest) {
 	if !safeMethod(pr.Out.Method) {
 		sendOnce(pr.Out)
 	}
+	stripClientAddress(pr.Out.Header)
 	pr.SetXForwarded()
 	if ip := g.clientIP(pr.In); ip != "" {
 		pr.Out.Header.Set("X-Forwarded-For", ip)
+		pr.Out.Header["X-Real-Ip"] = []string{ip} // canonical: Set would canonicalise on every request
 	} else {
 		pr.Out.Header.Del("X-Forwarded-For")
 	}
@@ -832,8 +971,22 @@ func modifyResponse(resp *http.Response) error {
 // connection could be made), the 502 releases a recorded route's record
 // so that a retry runs; when it may have reached it (a timeout, a
 // connection broken after sending), the record is abandoned instead:
-// duplicates get 409 until its lease ends.
+// duplicates get 409 until its lease ends. A request whose body could
+// not be read from the client while it streamed to the app failed by the
+// client's fault, not the app's: it is answered as the body's error
+// (request.BodyError: 400 invalid_request, or 413 payload_too_large for
+// a body over a limit), and its record is abandoned too, since the app
+// got part of it.
 func (g *Gateway) upstreamError(w http.ResponseWriter, r *http.Request, err error) {
+	if berr := bodyError(r); berr != nil {
+		g.log.LogAttrs(r.Context(), slog.LevelDebug, "request body not read from the client",
+			slog.String("request_id", problem.RequestID(r.Context())),
+			slog.String("method", r.Method), slog.String("path", r.URL.Path),
+			slog.String("error", berr.Error()))
+		abandon(w)
+		problem.Write(w, request.BodyError(berr))
+		return
+	}
 	level := slog.LevelWarn
 	if errors.Is(r.Context().Err(), context.Canceled) {
 		level = slog.LevelDebug // the client went away

@@ -92,7 +92,7 @@ type deps struct {
 	tokens *token.Service
 }
 
-func newDeps(t *testing.T) deps {
+func newDeps(t testing.TB) deps {
 	t.Helper()
 	st := memory.New()
 	t.Cleanup(func() { _ = st.Close() })
@@ -194,8 +194,9 @@ func TestRouting(t *testing.T) {
 		{"routed: a tokenless POST /checkout is refused", "POST", "/checkout", "", 400, "invalid_request", "", false},
 		{"another method passes through", "GET", "/orders", "", 201, "", "", true},
 		{"another path passes through", "POST", "/orders/7", "", 201, "", "", true},
-		{"paths are case-sensitive", "POST", "/Orders", "", 201, "", "", true},
-		{"a trailing slash is another path", "POST", "/orders/", "", 201, "", "", true},
+		{"another method's spelling passes through", "GET", "/ORDERS/", "", 201, "", "", true},
+		{"a longer name passes through", "POST", "/orders7.json", "", 201, "", "", true},
+		{"a dot inside a name that is not the last passes through", "POST", "/orders.json/x", "", 201, "", "", true},
 		{"an unrouted path passes through", "POST", "/comments", "", 201, "", "", true},
 		{"a host pattern needs its host", "POST", "/hosted", "", 201, "", "", true},
 		{"a host pattern routes its host", "POST", "/hosted", "shop.test", 400, "idempotency_key_missing", "", false},
@@ -221,6 +222,30 @@ func TestRouting(t *testing.T) {
 		{"an escaped letter is the same path", "POST", "/%6Frders", "", 400, "idempotency_key_missing", "", false},
 		{"a subtree's path without its slash redirects", "POST", "/admin", "", 307, "", "/admin/", false},
 		{"an encoded unclean unrouted path passes through as sent", "POST", "/x/%2e%2e/comments", "", 201, "", "", true},
+		{"paths match in any case", "POST", "/Orders", "", 400, "idempotency_key_missing", "", false},
+		{"paths match in capitals", "POST", "/ORDERS", "", 400, "idempotency_key_missing", "", false},
+		{"a subtree matches in any case", "POST", "/Admin/x", "", 400, "idempotency_key_missing", "", false},
+		{"a subtree's path in capitals without its slash", "POST", "/ADMIN", "", 400, "idempotency_key_missing", "", false},
+		{"a trailing slash is the same path", "POST", "/orders/", "", 400, "idempotency_key_missing", "", false},
+		{"an encoded trailing slash is the same path", "POST", "/orders%2f", "", 400, "idempotency_key_missing", "", false},
+		{"a format suffix is the same path", "POST", "/orders.json", "", 400, "idempotency_key_missing", "", false},
+		{"a format suffix in capitals with a slash", "POST", "/ORDERS.JSON/", "", 400, "idempotency_key_missing", "", false},
+		{"two suffixes", "POST", "/checkout.tar.gz", "", 400, "invalid_request", "", false},
+		{"a trailing dot", "POST", "/orders.", "", 400, "idempotency_key_missing", "", false},
+		{"a trailing dot on a subtree's segment", "POST", "/admin./x", "", 400, "idempotency_key_missing", "", false},
+		{"an encoded trailing dot on a subtree's segment", "POST", "/admin%2e/x", "", 400, "idempotency_key_missing", "", false},
+		{"an encoded trailing dot in capitals", "POST", "/admin%2E/x", "", 400, "idempotency_key_missing", "", false},
+		{"a trailing space on a subtree's segment", "POST", "/admin%20/x", "", 400, "idempotency_key_missing", "", false},
+		{"a trailing space", "POST", "/orders%20", "", 400, "idempotency_key_missing", "", false},
+		{"a fullwidth solidus", "POST", "/%EF%BC%8Fadmin/x", "", 400, "idempotency_key_missing", "", false},
+		{"fullwidth letters", "POST", "/%EF%BD%8F%EF%BD%92%EF%BD%84%EF%BD%85%EF%BD%92%EF%BD%93", "", 400, "idempotency_key_missing", "", false},
+		{"a long s", "POST", "/order%C5%BF", "", 400, "idempotency_key_missing", "", false},
+		{"a two dot leader as a dot-dot segment", "POST", "/x/%E2%80%A5/orders", "", 400, "idempotency_key_missing", "", false},
+		{"a double-encoded letter", "POST", "/%256Frders", "", 400, "idempotency_key_missing", "", false},
+		{"triple-encoded dots", "POST", "/x/%25252e%25252e/checkout", "", 400, "invalid_request", "", false},
+		{"an encoded query mark", "POST", "/orders%3Fx=1", "", 400, "idempotency_key_missing", "", false},
+		{"a doubled slash before capitals", "POST", "/x/..//ORDERS", "", 400, "idempotency_key_missing", "", false},
+		{"a host pattern's path in capitals", "POST", "/HOSTED.json", "Shop.Test", 400, "idempotency_key_missing", "", false},
 		{"a lowercase method is routed", "post", "/orders", "", 400, "idempotency_key_missing", "", false},
 		{"a mixed-case method is routed", "Post", "/checkout", "", 400, "invalid_request", "", false},
 		{"a lowercase method reaches the app in capitals", "get", "/orders", "", 201, "", "", true},
@@ -313,7 +338,9 @@ func TestHeaderHygiene(t *testing.T) {
 		t.Fatal(err)
 	}
 	headers := append(append(append([]string{}, spoofs...), hopByHop...),
-		"X-Forwarded-For", "6.6.6.6", "X-Forwarded-Host", "evil.test", "X-Forwarded-Proto", "https", "Forwarded", "for=6.6.6.6")
+		"X-Forwarded-For", "6.6.6.6", "X-Forwarded-Host", "evil.test", "X-Forwarded-Proto", "https", "Forwarded", "for=6.6.6.6",
+		"X-Real-IP", "6.6.6.1", "x-real-ip", "6.6.6.2", "X_Real_IP", "6.6.6.3", "True-Client-IP", "6.6.6.4", "true_client_ip", "6.6.6.5",
+		"X_Forwarded_For", "6.6.6.6", "x_forwarded_host", "evil.test", "X_FORWARDED_PROTO", "https")
 	tests := []struct {
 		name    string
 		req     *http.Request
@@ -357,6 +384,15 @@ func TestHeaderHygiene(t *testing.T) {
 			}
 			if xff := h.Get("X-Forwarded-For"); xff != "127.0.0.1" {
 				t.Errorf("X-Forwarded-For = %q, want the peer 127.0.0.1 only", xff)
+			}
+			if xri := h.Values("X-Real-Ip"); len(xri) != 1 || xri[0] != "127.0.0.1" {
+				t.Errorf("X-Real-IP = %q, want the peer 127.0.0.1 only", xri)
+			}
+			for name, vs := range h {
+				n := strings.ReplaceAll(strings.ToLower(name), "_", "-")
+				if n == "true-client-ip" || strings.Contains(name, "_") && (strings.HasPrefix(n, "x-forwarded-") || n == "x-real-ip") {
+					t.Errorf("the app got the client's %s: %q", name, vs)
+				}
 			}
 			if xfh, xfp := h.Get("X-Forwarded-Host"), h.Get("X-Forwarded-Proto"); xfh != strings.TrimPrefix(gw.URL, "http://") || xfp != "http" {
 				t.Errorf("X-Forwarded-Host, -Proto = %q, %q: want what the gateway saw", xfh, xfp)
@@ -1318,5 +1354,55 @@ func TestBodiesThatAreNotUnicodeAreRefused(t *testing.T) {
 	}
 	if n := len(a.requests()); n != 0 {
 		t.Fatalf("the app ran %d times, want 0", n)
+	}
+}
+
+// TestClientBodyErrorsAreTheClients: a request body that cannot be read
+// from the client while it streams to the app is the client's error, not
+// the app's: a malformed chunked encoding is 400 invalid_request and a
+// body over a limit set in front of the gateway 413 payload_too_large,
+// on a pass-through path as on a route that reads the body first; only
+// the app's own failures are 502 upstream_unavailable.
+func TestClientBodyErrorsAreTheClients(t *testing.T) {
+	a := newApp(t)
+	d := newDeps(t)
+	routes, err := gateway.ParseRoutes([]byte("routes:\n  - {match: \"POST /orders\", policy: idempotency_key, required: true}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	gw, err := gateway.New(a.url(t), routes, quiet, gateway.WithKeeper(d.keeper))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Query().Has("limit") {
+			r.Body = http.MaxBytesReader(w, r.Body, 4)
+		}
+		gw.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	addr := strings.TrimPrefix(srv.URL, "http://")
+	chunked := func(path, body string) string {
+		return "POST " + path + " HTTP/1.1\r\nHost: shop.test\r\nIdempotency-Key: \"k-" + path + "\"\r\nTransfer-Encoding: chunked\r\n\r\n" + body
+	}
+	for _, tc := range []struct {
+		name, request string
+		status        int
+		code, detail  string
+	}{
+		{"a chunk size that is not hex, passing through", chunked("/comments", "5\r\nhello\r\nzz\r\n\r\n"), http.StatusBadRequest, "invalid_request", "invalid byte in chunk length"},
+		{"a chunk longer than its size, passing through", chunked("/comments", "5\r\nhelloXX\r\n0\r\n\r\n"), http.StatusBadRequest, "invalid_request", "malformed chunked encoding"},
+		{"a chunk longer than its size, routed", chunked("/orders", "5\r\nhelloXX\r\n0\r\n\r\n"), http.StatusBadRequest, "invalid_request", "malformed chunked encoding"},
+		{"a body over the limit, passing through", "POST /comments?limit HTTP/1.1\r\nHost: shop.test\r\nContent-Length: 10\r\n\r\n0123456789", http.StatusRequestEntityTooLarge, "payload_too_large", "over 4 bytes"},
+		{"a chunked body over the limit, passing through", chunked("/comments?limit", "a\r\n0123456789\r\n0\r\n\r\n"), http.StatusRequestEntityTooLarge, "payload_too_large", "over 4 bytes"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			status, h, body := sendRaw(t, addr, tc.request)
+			var p problem.Problem
+			_ = json.Unmarshal([]byte(body), &p)
+			if status != tc.status || h.Get("Content-Type") != "application/problem+json" || p.Code != tc.code || !strings.Contains(p.Detail, tc.detail) {
+				t.Fatalf("= %d %v %s, want %d %s with %q", status, h, body, tc.status, tc.code, tc.detail)
+			}
+		})
 	}
 }

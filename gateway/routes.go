@@ -16,6 +16,7 @@ import (
 	"github.com/replayguard/replayguard/idempotency"
 	"github.com/replayguard/replayguard/internal/fileread"
 	"github.com/replayguard/replayguard/internal/size"
+	"github.com/replayguard/replayguard/problem"
 	"github.com/replayguard/replayguard/token"
 	"github.com/replayguard/replayguard/webhook"
 )
@@ -51,7 +52,10 @@ const (
 // settings apply.
 type Route struct {
 	// Match is a Go net/http ServeMux pattern: "POST /orders",
-	// "PUT /orders/{id}", "/api/".
+	// "PUT /orders/{id}", "/api/". Its path also matches the spellings
+	// frameworks map onto it: in any case, with a trailing slash or a
+	// .ext suffix, and the others Gateway.ServeHTTP lists; two patterns
+	// that would then match the same requests conflict.
 	Match string
 	// Policy is PolicyToken, PolicyIdempotencyKey, PolicySignature or
 	// PolicyFingerprint.
@@ -213,7 +217,7 @@ func ParseRoutes(data []byte) ([]Route, error) {
 		return nil, yamlError(err, "")
 	}
 	routes := make([]Route, 0, len(file.Routes))
-	check := http.NewServeMux()
+	check, folded := http.NewServeMux(), http.NewServeMux()
 	for i, node := range file.Routes {
 		rt, err := parseRoute(node, fmt.Sprintf("routes[%d]", i))
 		if err != nil {
@@ -221,6 +225,9 @@ func ParseRoutes(data []byte) ([]Route, error) {
 		}
 		if err := register(check, rt.Match, http.NotFoundHandler()); err != nil {
 			return nil, fmt.Errorf("line %d: routes[%d].match: %w", keyLine(node, "match"), i, describeRegisterError(err, rt, routes))
+		}
+		if _, err := registerFolded(folded, rt, routes, http.NotFoundHandler()); err != nil {
+			return nil, fmt.Errorf("line %d: routes[%d].match: %w", keyLine(node, "match"), i, err)
 		}
 		routes = append(routes, rt)
 	}
@@ -400,6 +407,32 @@ func register(mux *http.ServeMux, pattern string, h http.Handler) (err error) {
 	}()
 	mux.Handle(pattern, h)
 	return nil
+}
+
+// registerFolded adds rt's folded pattern (foldPattern) to mux with h
+// and returns it. Its errors explain why rt cannot join the routes before
+// it once every spelling of a path matches: the earlier route whose
+// folded pattern it conflicts with (POST /Orders after POST /orders), or
+// a path that no request can spell.
+func registerFolded(mux *http.ServeMux, rt Route, before []Route, h http.Handler) (string, error) {
+	fp, err := foldPattern(rt.Match)
+	if err != nil {
+		return "", fmt.Errorf("%q has a path that requests cannot spell: %s", rt.Match, strings.TrimPrefix(err.Error(), problem.ErrBadRequest.Error()+": "))
+	}
+	if err := register(mux, fp, h); err != nil {
+		for j, prev := range before {
+			pf, perr := foldPattern(prev.Match)
+			pair := http.NewServeMux()
+			if perr != nil || register(pair, pf, http.NotFoundHandler()) != nil {
+				continue
+			}
+			if register(pair, fp, http.NotFoundHandler()) != nil {
+				return "", fmt.Errorf("%q conflicts with routes[%d] %q (line %d) once paths match in any case, without trailing dots, spaces or slash (as %q and %q): a request could be read as either", rt.Match, j, prev.Match, prev.Line, fp, pf)
+			}
+		}
+		return "", fmt.Errorf("%q, matched in every spelling as %q: %v", rt.Match, fp, err)
+	}
+	return fp, nil
 }
 
 // describeRegisterError explains why rt's pattern could not join the

@@ -78,7 +78,11 @@ func (g *Gateway) traceProxy() {
 	g.proxy.ErrorHandler = func(w http.ResponseWriter, r *http.Request, err error) {
 		span := trace.SpanFromContext(r.Context())
 		span.RecordError(err)
-		span.SetStatus(codes.Error, "upstream unavailable")
+		if bodyError(r) != nil {
+			span.SetStatus(codes.Error, "request body not read from the client")
+		} else {
+			span.SetStatus(codes.Error, "upstream unavailable")
+		}
 		fail(w, r, err)
 	}
 }

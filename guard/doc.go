@@ -37,8 +37,9 @@
 // the route; the request fingerprint (method, route, path, query and
 // canonical body) tells a retry from a reused key. WithCallerQuota bounds
 // the records one caller may open, WithAddressQuota those of every caller
-// at one address (credentials are not checked, so one client can invent
-// many callers, but not many addresses).
+// at one address and WithAddressBytes their bytes (credentials are not
+// checked, so one client can invent many callers, but not many
+// addresses).
 // The response is buffered and the record completed before the first byte
 // goes out; a 5xx or a panic releases the record so the retry runs, a 4xx
 // is stored. WithFingerprintWindow collapses keyless double submits inside

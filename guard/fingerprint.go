@@ -14,6 +14,7 @@ import (
 	"net/url"
 	"slices"
 	"strings"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/replayguard/replayguard/internal/jsonw"
@@ -72,7 +73,12 @@ func canonicalQuery(raw string, ignore map[string]bool) string {
 // A JSON body that names a member twice in one object is refused with
 // problem.ErrBadRequest: parsers disagree on which one wins (Go's takes
 // the last, some the first), so {"amount":1,"amount":1000} and
-// {"amount":1000} must not pass for the same request. So is a JSON body
+// {"amount":1000} must not pass for the same request. Names that differ
+// only in case count as the same name, as Go's encoding/json matches a
+// struct field's name (strings.EqualFold, simple Unicode folding: the
+// Kelvin sign K and k are one name): {"qty":1,"QTY":5} and
+// {"QTY":5,"qty":1} read as 5 and as 1 there, but would have one
+// canonical form. So is a JSON body
 // that is not UTF-8 or escapes a lone surrogate ("\ud800"): RFC 8259
 // requires UTF-8 and I-JSON (RFC 7493) forbids lone surrogates, and
 // parsers disagree on them too (Go's and the canonical form read every
@@ -86,8 +92,11 @@ func canonicalBody(contentType string, body []byte, ignore map[string]bool) (kin
 	if len(body) > 0 {
 		switch {
 		case mt == "application/json" || strings.HasSuffix(mt, "+json"):
-			if name, dup := duplicateMember(body); dup {
-				return "", "", fmt.Errorf("%w: the JSON body names the member %q twice in one object; send each member once", problem.ErrBadRequest, clip(name))
+			switch first, second, dup := duplicateMember(body); {
+			case dup && first == second:
+				return "", "", fmt.Errorf("%w: the JSON body names the member %q twice in one object; send each member once", problem.ErrBadRequest, clip(first))
+			case dup:
+				return "", "", fmt.Errorf("%w: the JSON body names the member %q twice in one object, the second time as %q (names that differ only in case are one member to some parsers, such as Go's); send each member once", problem.ErrBadRequest, clip(first), clip(second))
 			}
 			if why := notUnicode(body); why != "" {
 				return "", "", fmt.Errorf("%w: the JSON body %s; send UTF-8 text, with each surrogate escape in a pair", problem.ErrBadRequest, why)
@@ -111,28 +120,39 @@ func canonicalBody(contentType string, body []byte, ignore map[string]bool) (kin
 	return "raw:" + mt, string(body), nil
 }
 
-// duplicateMember reports the first member name that appears twice in
-// one object of the JSON body, at any depth. A body that is not JSON has
-// none.
-func duplicateMember(body []byte) (string, bool) {
+// duplicateMember reports the first member that one object of the JSON
+// body, at any depth, names twice: first is the name as the object gave
+// it first, second as it gave it again. Two names are the same when they
+// are equal under simple Unicode case folding (strings.EqualFold, which
+// encoding/json matches a struct field's name with), so first and second
+// may differ in case. Each object's names are kept in a map by their
+// folded form (foldName), so the check is linear in the body's size. A
+// body that is not JSON has none.
+func duplicateMember(body []byte) (first, second string, dup bool) {
 	dec := json.NewDecoder(bytes.NewReader(body))
 	type level struct {
-		names map[string]bool // nil for an array
-		key   bool            // the next token of an object is a name
+		names map[string]string // by folded name, the name as given; nil for an array
+		key   bool              // the next token of an object is a name
 	}
 	var stack []level
+	var buf []byte
 	for {
 		tok, err := dec.Token()
 		if err != nil {
-			return "", false
+			return "", "", false
 		}
 		if n := len(stack); n > 0 && stack[n-1].names != nil {
 			top := &stack[n-1]
 			if name, ok := tok.(string); ok && top.key {
-				if top.names[name] {
-					return name, true
+				folded := name // most names need no folding: no copy
+				if !isFolded(name) {
+					buf = foldName(buf[:0], name)
+					folded = string(buf)
 				}
-				top.names[name] = true
+				if prev, seen := top.names[folded]; seen {
+					return prev, name, true
+				}
+				top.names[folded] = name
 				top.key = false
 				continue
 			}
@@ -142,15 +162,63 @@ func duplicateMember(body []byte) (string, bool) {
 		}
 		switch tok {
 		case json.Delim('{'):
-			stack = append(stack, level{names: map[string]bool{}, key: true})
+			stack = append(stack, level{names: map[string]string{}, key: true})
 		case json.Delim('['):
 			stack = append(stack, level{})
 		case json.Delim('}'), json.Delim(']'):
 			stack = stack[:len(stack)-1]
 			if len(stack) == 0 {
-				return "", false
+				return "", "", false
 			}
 		}
+	}
+}
+
+// foldName appends to b the folded form of name: each rune replaced by
+// the smallest rune of its simple case-folding orbit (unicode.SimpleFold),
+// an ASCII capital then by its small letter (k, K and the Kelvin sign K
+// all become k; s, S and the long s ſ become s), so that foldName(x)
+// equals foldName(y) exactly when strings.EqualFold(x, y), as
+// encoding/json's own folding does.
+func foldName(b []byte, name string) []byte {
+	for i := 0; i < len(name); {
+		if c := name[i]; c < utf8.RuneSelf {
+			if 'A' <= c && c <= 'Z' {
+				c += 'a' - 'A'
+			}
+			b = append(b, c)
+			i++
+			continue
+		}
+		r, n := utf8.DecodeRuneInString(name[i:])
+		if r = foldRune(r); 'A' <= r && r <= 'Z' {
+			r += 'a' - 'A'
+		}
+		b = utf8.AppendRune(b, r)
+		i += n
+	}
+	return b
+}
+
+// isFolded reports whether name is its own folded form because it is
+// ASCII without capitals, as most member names are.
+func isFolded(name string) bool {
+	for i := 0; i < len(name); i++ {
+		if c := name[i]; c >= utf8.RuneSelf || 'A' <= c && c <= 'Z' {
+			return false
+		}
+	}
+	return true
+}
+
+// foldRune returns the smallest rune of r's simple case-folding orbit.
+func foldRune(r rune) rune {
+	for {
+		next := unicode.SimpleFold(r)
+		if next <= r {
+			return next
+		}
+		r = next
 	}
 }
 

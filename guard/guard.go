@@ -51,6 +51,8 @@ type settings struct {
 	quotaN   int
 	netQuota store.Limiter // WithAddressQuota; nil: none
 	netN     int
+	bytesLim Charger // WithAddressBytes; nil: none
+	bytesN   int
 
 	// RequireSignature
 	scheme, authority string

@@ -1,6 +1,7 @@
 package guard
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
@@ -146,36 +147,79 @@ func WithReleaseStatus(releases func(status int) bool) Option {
 func releaseServerErrors(status int) bool { return status >= 500 }
 
 // WithCallerQuota bounds the records one caller (its scope, see
-// WithScope) may open with Idempotent's keyed requests: at most n per the
-// Keeper's retention, counted in lim (the store's limiter: memory, Redis
-// or PostgreSQL), so that one caller can never take a bounded store's
-// room for records from everyone else. A request past it is refused with
-// 429 rate_limited and Retry-After before its handler runs; duplicates of
-// the caller's existing keys are still answered from their records. Since
-// a record lives for the retention, a caller holds at most about 2n live
-// records. Defaults to none (recommended with an unbounded store sized
-// for the traffic; cmd/server sets it on the memory store).
+// WithScope) may open with Idempotent, keyed and fingerprinted requests
+// alike: at most n per the Keeper's retention, counted in lim (the
+// store's limiter: memory, Redis or PostgreSQL), so that one caller can
+// never take a bounded store's room for records from everyone else. A
+// request past it is refused with 429 rate_limited and Retry-After before
+// its handler runs; duplicates of the caller's existing keys and
+// fingerprints are still answered from their records. Since a record
+// lives at most the retention, a caller holds at most about 2n live
+// records. A fingerprint record counts as a keyed one although it lives
+// only the fingerprint window: the bound is on the records a caller
+// opens, so that holding them briefly is no way around it. Defaults to
+// none (recommended with an unbounded store sized for the traffic;
+// cmd/server sets it on the memory store).
 func WithCallerQuota(lim store.Limiter, n int) Option {
 	return func(s *settings) { s.quota, s.quotaN = lim, n }
 }
 
 // WithAddressQuota bounds the records every caller from one network
 // address (the client IP; an IPv6 client's /64) may open together with
-// Idempotent's keyed requests: at most n per the Keeper's retention,
-// counted in lim as WithCallerQuota's are, so a caller past it gets 429
-// rate_limited with Retry-After before its handler runs, and its
-// duplicates are still answered. WithCallerQuota alone counts per scope,
-// and a scope is made of the credentials a request carries, which nothing
-// here checks: one client inventing a new Authorization for each request
-// is a new caller each time, but not a new address. Set n above the
-// per-caller quota, since callers behind one NAT or proxy share an
-// address, and well below what the store holds. The client IP is the one
-// the router found (trust your proxies, or every caller shares the
-// proxy's address). Defaults to none (cmd/server sets it on the memory
-// store).
+// Idempotent, keyed and fingerprinted requests alike: at most n per
+// the Keeper's retention, counted in lim as WithCallerQuota's are, so
+// a caller past it gets 429 rate_limited with Retry-After before its
+// handler runs, and its duplicates are still answered. WithCallerQuota
+// alone counts per scope, and a scope is made of the credentials a
+// request carries, which nothing here checks: one client inventing a
+// new Authorization for each request is a new caller each time, but
+// not a new address. Set n above the per-caller quota, since callers
+// behind one NAT or proxy share an address, and well below what the
+// store holds. The client IP is the one the router found (trust your
+// proxies, or every caller shares the proxy's address). Defaults to
+// none (cmd/server sets it on the memory store).
 func WithAddressQuota(lim store.Limiter, n int) Option {
 	return func(s *settings) { s.netQuota, s.netN = lim, n }
 }
+
+// Charger is a store.Limiter that can also count an event of any
+// weight, such as a stored response's bytes. The memory store is one
+// (memory.Store.Charge).
+type Charger interface {
+	store.Limiter
+	// Charge counts an event of weight n for key against l, in the bucket
+	// Allow counts in (n over l.Burst counts as l.Burst), even when less
+	// than n is left: the bucket then owes the rest, and Allow refuses
+	// key until it has refilled. fits reports whether n was left. err
+	// wraps store.ErrUnavailable, for system failures only.
+	Charge(ctx context.Context, key string, l store.Limit, n int) (fits bool, err error)
+}
+
+// WithAddressBytes bounds the bytes that the records of every caller from
+// one network address (as WithAddressQuota counts it) may take together
+// with Idempotent, keyed and fingerprinted requests alike: at most n per
+// the Keeper's retention, counted in lim. A record counts its stored
+// response (status, headers and body) and about 400 bytes for itself,
+// when it completes. A response that does not fit what is left is not
+// stored: the record completes without it, as with a body over the
+// Keeper's cap, so its duplicates get 409 response_not_stored. It counts
+// all the same, so the address's next requests get 429 rate_limited
+// with Retry-After before their handlers run, until its bytes have
+// refilled; duplicates are still answered. WithAddressQuota alone counts
+// records, and a bounded store's room is bytes too: at the memory store's
+// default sizes (64 MiB for records), one address answered 100 KB each
+// fills it with a few hundred records, far below any useful count. Since
+// a record lives at most the retention, one address's records take at
+// most about 2n bytes. Defaults to none (cmd/server sets it on the memory
+// store).
+func WithAddressBytes(lim Charger, n int) Option {
+	return func(s *settings) { s.bytesLim, s.bytesN = lim, n }
+}
+
+// recordBytes is about what a record takes in a store besides its
+// response: the memory store counts some 380 bytes (its overhead, key,
+// fingerprint and owner), Redis a little less.
+const recordBytes = 400
 
 // UnsafeFailOpen, when open is true, lets Idempotent run the handler
 // without a record when the store cannot be reached (or is full), so
@@ -215,8 +259,9 @@ func WithFingerprintWindow(window time.Duration) Option {
 //     query and body in canonical form (JSON re-encoded with sorted keys,
 //     form fields in canonical order, WithIgnoredFields left out); the
 //     same key with another fingerprint is 422 idempotency_key_reused; a
-//     JSON body that could read two ways (a member named twice, text that
-//     is not UTF-8 or escapes a lone surrogate) is 400 invalid_request;
+//     JSON body that could read two ways (a member named twice in one
+//     object, also in two cases such as "qty" and "QTY", text that is
+//     not UTF-8 or escapes a lone surrogate) is 400 invalid_request;
 //   - a duplicate while the first runs gets 409 request_in_progress with
 //     Retry-After; after it, the stored status, headers and body, byte
 //     for byte, with Idempotent-Replayed: true;
@@ -244,7 +289,8 @@ func Idempotent(k *idempotency.Keeper, opts ...Option) func(http.Handler) http.H
 	keys := recordsOf{Records: keeperRecords{k}, retention: k.Retention()}
 	var fingerprints *recordsOf
 	if s.window > 0 {
-		fingerprints = &recordsOf{Records: keeperRecords{k.With(idempotency.WithRetention(s.window))}}
+		// Counted in the quotas as keyed records are (see WithCallerQuota).
+		fingerprints = &recordsOf{Records: keeperRecords{k.With(idempotency.WithRetention(s.window))}, retention: k.Retention()}
 	}
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -257,8 +303,8 @@ func Idempotent(k *idempotency.Keeper, opts ...Option) func(http.Handler) http.H
 // PostgreSQL transaction of the application's (package
 // idempotency/pgtx), which then decides what a lease, a retention and a
 // failure mean. The rules for keys, scopes, fingerprints and answers are
-// Idempotent's; WithFingerprintWindow, WithCallerQuota and
-// WithAddressQuota, which need a Keeper, are ignored.
+// Idempotent's; WithFingerprintWindow, WithCallerQuota, WithAddressQuota
+// and WithAddressBytes, which need a Keeper, are ignored.
 func IdempotentIn(rec Records, opts ...Option) func(http.Handler) http.Handler {
 	s := newSettings(opts)
 	keys := recordsOf{Records: rec}
@@ -270,7 +316,7 @@ func IdempotentIn(rec Records, opts ...Option) func(http.Handler) http.Handler {
 }
 
 // recordsOf is where one kind of Idempotent's records live, with the
-// retention its quota counts in (0: no quota).
+// period its quotas count in (0: no quota): the keyed records' retention.
 type recordsOf struct {
 	Records
 	retention time.Duration
@@ -325,8 +371,8 @@ func (s *settings) idempotent(w http.ResponseWriter, r *http.Request, keys recor
 		policy = metrics.PolicyFingerprint
 	}
 	run, stored, err := s.start(keeper, policy, r, recordKey(kind, scope, r.Method, rt, key), fp)
-	if err == nil && run != nil && kind == "key" {
-		err = s.overQuota(r, run, scope, keeper.retention)
+	if err == nil && run != nil {
+		run, err = s.overQuota(r, run, scope, keeper.retention)
 	}
 	switch {
 	case err == nil && run == nil:
@@ -342,18 +388,25 @@ func (s *settings) idempotent(w http.ResponseWriter, r *http.Request, keys recor
 	}
 }
 
-// overQuota counts a new record of scope's against WithCallerQuota, then
-// against WithAddressQuota, and, when it is past either or cannot be
-// counted, releases it and returns the refusal. The caller's quota comes
-// first, so that a caller past it does not use up its address's.
-func (s *settings) overQuota(r *http.Request, run Run, scope string, period time.Duration) error {
+// overQuota counts a new record of scope's against WithAddressBytes
+// (whether any are left), then WithCallerQuota, then WithAddressQuota,
+// and, when it is past one or cannot be counted, releases it and returns
+// the refusal. The caller's quota comes before its address's, so that a
+// caller past it does not use up its address's. With WithAddressBytes,
+// the run it returns counts the record's bytes when it completes.
+func (s *settings) overQuota(r *http.Request, run Run, scope string, period time.Duration) (Run, error) {
 	if period <= 0 {
-		return nil
+		return run, nil
 	}
-	err := quota(r, s.quota, s.quotaN, period, "records:"+scope, "this caller holds as many idempotency records as it may")
-	endpoint := metrics.RateLimitCallerQuota
+	network := request.Network(request.ClientIP(r))
+	byteKey := "record-bytes-net:" + network
+	err := quota(r, s.bytesLim, s.bytesN, period, byteKey, "the callers at this address have stored as many response bytes as they may together")
+	endpoint := metrics.RateLimitAddressQuota
 	if err == nil {
-		network := request.Network(request.ClientIP(r))
+		err = quota(r, s.quota, s.quotaN, period, "records:"+scope, "this caller holds as many idempotency records as it may")
+		endpoint = metrics.RateLimitCallerQuota
+	}
+	if err == nil {
 		err = quota(r, s.netQuota, s.netN, period, "records-net:"+network, "the callers at this address hold as many idempotency records as they may together")
 		endpoint = metrics.RateLimitAddressQuota
 	}
@@ -362,8 +415,45 @@ func (s *settings) overQuota(r *http.Request, run Run, scope string, period time
 			s.metrics.RateLimited(endpoint)
 		}
 		_ = run.Release(r.Context())
+		return nil, err
 	}
-	return err
+	if s.bytesLim == nil || s.bytesN <= 0 {
+		return run, nil
+	}
+	return chargedRun{Run: run, lim: s.bytesLim, key: byteKey, limit: store.Limit{Rate: s.bytesN, Burst: s.bytesN, Period: period}}, nil
+}
+
+// chargedRun is a Run whose completion counts the record's bytes against
+// WithAddressBytes, and leaves the response out when they do not fit.
+type chargedRun struct {
+	Run
+	lim   Charger
+	key   string
+	limit store.Limit
+}
+
+// Complete counts out's bytes and the record's, and completes the record
+// with out, or without its headers and body when they did not fit (or
+// could not be counted). It counts even when ctx is done, as the record
+// completes then too.
+func (c chargedRun) Complete(ctx context.Context, out idempotency.Outcome) error {
+	if fits, err := c.lim.Charge(context.WithoutCancel(ctx), c.key, c.limit, recordBytes+outcomeBytes(out)); err != nil || !fits {
+		out = idempotency.Outcome{Status: out.Status, BodyOmitted: true}
+	}
+	return c.Run.Complete(ctx, out)
+}
+
+// outcomeBytes is about what out takes in a record: its body, and its
+// headers with a few bytes of framing each.
+func outcomeBytes(out idempotency.Outcome) int {
+	n := 8 + len(out.Body)
+	for name, vs := range out.Header {
+		n += 2 + len(name)
+		for _, v := range vs {
+			n += 2 + len(v)
+		}
+	}
+	return n
 }
 
 // quota counts one record under key in lim, n per period, and returns

@@ -229,6 +229,22 @@ func TestIdempotentScenarios(t *testing.T) {
 			},
 		},
 		{
+			// encoding/json reads qty 5 from the first and 1 from the
+			// second (names match a struct field in any case, the last
+			// wins), which would have one canonical form.
+			name: "a JSON body that names a member twice in two cases is refused, in either order",
+			steps: []step{
+				{"qty then QTY", req{body: `{"item":"book","qty":1,"QTY":5}`}, 400, "invalid_request", false, 0, `the member \"qty\" twice in one object, the second time as \"QTY\"`},
+				{"QTY then qty, with the same key", req{body: `{"QTY":5,"item":"book","qty":1}`}, 400, "invalid_request", false, 0, `the member \"QTY\" twice`},
+				{"in a nested object", req{body: `{"order":{"item":"book","Qty":1,"qtY":5}}`}, 400, "invalid_request", false, 0, `\"Qty\"`},
+				{"in an array of objects", req{body: `{"lines":[{"sku":"a"},{"sku":"b","SKU":"c"}]}`}, 400, "invalid_request", false, 0, `\"SKU\"`},
+				{"the Kelvin sign is k", req{body: "{\"k\":1,\"\u212a\":2}"}, 400, "invalid_request", false, 0, "the member \\\"k\\\" twice"},
+				{"the long s is s", req{body: `{"s":1,"\u017f":2}`}, 400, "invalid_request", false, 0, "the member \\\"s\\\" twice"},
+				{"the same key with one qty runs", req{body: `{"item":"book","qty":1}`}, 201, "", false, 1, ""},
+				{"and names in two cases in two objects are two members", req{keys: []string{`"k2"`}, body: `{"qty":1,"order":{"QTY":5}}`}, 201, "", false, 2, ""},
+			},
+		},
+		{
 			name: "a JSON body that is not Unicode text is refused before anything runs",
 			steps: []step{
 				{"a lone high surrogate", req{body: `{"a":"\ud800"}`}, 400, "invalid_request", false, 0, "lone surrogate"},
@@ -762,6 +778,10 @@ func TestIdempotentFingerprintMode(t *testing.T) {
 				{step{"and so is another", req{noKey: true, body: `{"a":"\udbff"}`}, 400, "invalid_request", false, 5, ""}, 0},
 				{step{"a raw 0xff is refused", req{noKey: true, body: "{\"a\":\"\xff\"}"}, 400, "invalid_request", false, 5, ""}, 0},
 				{step{"and so is a raw 0xfe", req{noKey: true, body: "{\"a\":\"\xfe\"}"}, 400, "invalid_request", false, 5, ""}, 0},
+				// Each would have the canonical form of the other.
+				{step{"a member in two cases is refused", req{noKey: true, body: `{"item":"book","qty":1,"QTY":5}`}, 400, "invalid_request", false, 5, "the member"}, 0},
+				{step{"and so is its other order", req{noKey: true, body: `{"QTY":5,"item":"book","qty":1}`}, 400, "invalid_request", false, 5, "the member"}, 0},
+				{step{"and one in a nested object", req{noKey: true, body: `{"lines":[{"Sku":"a","sKU":"b"}]}`}, 400, "invalid_request", false, 5, "the member"}, 0},
 			}
 			for _, s := range steps {
 				clk.Advance(s.advance)
@@ -1001,6 +1021,106 @@ func TestAddressQuota(t *testing.T) {
 		}
 		if w.Code == 429 && (w.Header().Get("Retry-After") == "" || !strings.Contains(w.Body.String(), s.wantDetail)) {
 			t.Fatalf("%s: %s, Retry-After %q; want %q in the detail and a Retry-After", s.name, w.Body, w.Header().Get("Retry-After"), s.wantDetail)
+		}
+	}
+}
+
+// TestFingerprintRecordsCountInTheQuotas: keyless requests on a
+// fingerprint route open records too (300 distinct bodies from one
+// address once got 300 answers past an address quota of 125, and enough
+// of them filled the memory store's records). They count against the
+// caller's and the address's quotas as keyed ones do, in the same
+// buckets; a double submit inside the window is still replayed.
+func TestFingerprintRecordsCountInTheQuotas(t *testing.T) {
+	st := newRecordStore(t, newFakeClock())
+	var runs atomic.Int32
+	h := guard.Idempotent(idempotency.New(st), quiet, guard.WithFingerprintWindow(time.Hour),
+		guard.WithCallerQuota(st, 2), guard.WithAddressQuota(st, 3))(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		runs.Add(1)
+		w.WriteHeader(http.StatusCreated)
+	}))
+	bearer := func(who string) http.Header { return http.Header{"Authorization": {"Bearer " + who}} }
+	const office, home = "198.51.100.1:1234", "203.0.113.9:1234"
+	steps := []struct {
+		name         string
+		q            req
+		wantStatus   int
+		wantRuns     int32
+		wantReplayed bool
+		wantDetail   string // in a 429's detail: whose quota it is
+	}{
+		{"alice's first comment", req{noKey: true, body: `{"c":1}`, header: bearer("alice"), remote: office}, 201, 1, false, ""},
+		{"its double submit is replayed, and does not count", req{noKey: true, body: `{"c":1}`, header: bearer("alice"), remote: office}, 201, 1, true, ""},
+		{"alice's second comment", req{noKey: true, body: `{"c":2}`, header: bearer("alice"), remote: office}, 201, 2, false, ""},
+		{"alice's third is past her quota", req{noKey: true, body: `{"c":3}`, header: bearer("alice"), remote: office}, 429, 2, false, "this caller"},
+		{"bob at her address", req{noKey: true, body: `{"c":3}`, header: bearer("bob"), remote: office}, 201, 3, false, ""},
+		{"carol at that address is past its quota", req{noKey: true, body: `{"c":4}`, header: bearer("carol"), remote: office}, 429, 3, false, "this address"},
+		{"and so is a keyed request from it: one bucket", req{keys: []string{`"k1"`}, header: bearer("dave"), remote: office}, 429, 3, false, "this address"},
+		{"alice's double submit is still replayed", req{noKey: true, body: `{"c":1}`, header: bearer("alice"), remote: office}, 201, 3, true, ""},
+		{"another address is not affected", req{noKey: true, body: `{"c":4}`, header: bearer("carol"), remote: home}, 201, 4, false, ""},
+	}
+	for _, s := range steps {
+		w := serve(h, s.q.build())
+		replayed := w.Header().Get(idempotency.ReplayedHeader) == "true"
+		if w.Code != s.wantStatus || runs.Load() != s.wantRuns || replayed != s.wantReplayed {
+			t.Fatalf("%s: %d %s, %d runs, replayed %v; want %d, %d runs, replayed %v", s.name, w.Code, w.Body, runs.Load(), replayed, s.wantStatus, s.wantRuns, s.wantReplayed)
+		}
+		if w.Code == 429 && (problemCode(t, w) != "rate_limited" || w.Header().Get("Retry-After") == "" || !strings.Contains(w.Body.String(), s.wantDetail)) {
+			t.Fatalf("%s: %s, Retry-After %q; want rate_limited with %q in the detail and a Retry-After", s.name, w.Body, w.Header().Get("Retry-After"), s.wantDetail)
+		}
+	}
+}
+
+// TestAddressBytes: the address quota counts records, and a bounded
+// store's room is bytes too, so large answers filled the memory store's
+// records long before any count did. WithAddressBytes counts each
+// record's bytes against its address when it completes: a response that
+// does not fit is sent but not stored, and the address then gets 429
+// until its bytes refill, on keyed and fingerprint requests alike.
+func TestAddressBytes(t *testing.T) {
+	clk := newFakeClock()
+	st := newRecordStore(t, clk)
+	var runs atomic.Int32
+	k := idempotency.New(st, idempotency.WithClock(clk.Now))
+	// About 1,450 bytes a record (1,000 of body, headers, 400 for the
+	// record): two fit in 3,000.
+	h := guard.Idempotent(k, quiet, guard.WithFingerprintWindow(time.Hour), guard.WithAddressBytes(st, 3000))(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n := runs.Add(1)
+		w.WriteHeader(http.StatusCreated)
+		_, _ = fmt.Fprintf(w, "run %d %s", n, strings.Repeat("x", 1000))
+	}))
+	bearer := func(who string) http.Header { return http.Header{"Authorization": {"Bearer " + who}} }
+	const mallory, office = "192.0.2.66:1234", "198.51.100.1:1234"
+	steps := []struct {
+		name         string
+		advance      time.Duration
+		q            req
+		wantStatus   int
+		wantCode     string
+		wantRuns     int32
+		wantReplayed bool
+	}{
+		{"a first answer is stored", 0, req{keys: []string{`"m1"`}, header: bearer("fake1"), remote: mallory}, 201, "", 1, false},
+		{"a second, by another caller", 0, req{keys: []string{`"m2"`}, header: bearer("fake2"), remote: mallory}, 201, "", 2, false},
+		{"a third is answered", 0, req{noKey: true, body: `{"c":3}`, header: bearer("fake3"), remote: mallory}, 201, "", 3, false},
+		{"but was not stored: it did not fit", 0, req{noKey: true, body: `{"c":3}`, header: bearer("fake3"), remote: mallory}, 409, "response_not_stored", 3, false},
+		{"so the address's next key is refused", 0, req{keys: []string{`"m4"`}, header: bearer("fake4"), remote: mallory}, 429, "rate_limited", 3, false},
+		{"and so is a keyless request", 0, req{noKey: true, body: `{"c":5}`, remote: mallory}, 429, "rate_limited", 3, false},
+		{"a stored answer is still replayed", 0, req{keys: []string{`"m1"`}, header: bearer("fake1"), remote: mallory}, 201, "", 3, true},
+		{"another address is not affected", 0, req{keys: []string{`"a1"`}, header: bearer("alice"), remote: office}, 201, "", 4, false},
+		{"and its answer is stored", 0, req{keys: []string{`"a1"`}, header: bearer("alice"), remote: office}, 201, "", 4, true},
+		{"the address's bytes refill over the retention", 24 * time.Hour, req{keys: []string{`"m4"`}, header: bearer("fake4"), remote: mallory}, 201, "", 5, false},
+		{"and its answer is stored again", 0, req{keys: []string{`"m4"`}, header: bearer("fake4"), remote: mallory}, 201, "", 5, true},
+	}
+	for _, s := range steps {
+		clk.Advance(s.advance)
+		w := serve(h, s.q.build())
+		replayed := w.Header().Get(idempotency.ReplayedHeader) == "true"
+		if w.Code != s.wantStatus || codeOf(w) != s.wantCode || runs.Load() != s.wantRuns || replayed != s.wantReplayed {
+			t.Fatalf("%s: %d %q %.80s, %d runs, replayed %v; want %d %q, %d runs, replayed %v", s.name, w.Code, codeOf(w), w.Body, runs.Load(), replayed, s.wantStatus, s.wantCode, s.wantRuns, s.wantReplayed)
+		}
+		if w.Code == 429 && (w.Header().Get("Retry-After") == "" || !strings.Contains(w.Body.String(), "response bytes")) {
+			t.Fatalf("%s: %s, Retry-After %q; want the bytes in the detail and a Retry-After", s.name, w.Body, w.Header().Get("Retry-After"))
 		}
 	}
 }

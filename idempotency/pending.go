@@ -162,13 +162,7 @@ func (r *Run) completeLater(data []byte, status int, first error) {
 // completedByUs reports whether r's record is completed under r's owner:
 // a completion that timed out landed after all.
 func (r *Run) completedByUs(ctx context.Context) (bool, error) {
-	lk, ok := r.k.store.(interface {
-		Lookup(ctx context.Context, key string) (store.Record, bool, error)
-	})
-	if !ok {
-		return false, nil
-	}
-	rec, found, err := lk.Lookup(ctx, r.key)
+	rec, found, err := r.k.store.Lookup(ctx, r.key)
 	if err != nil {
 		return false, err
 	}

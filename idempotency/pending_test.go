@@ -278,3 +278,30 @@ func TestGraceKeepsAnEndedLeaseFromBeingTakenOver(t *testing.T) {
 		t.Fatalf("default grace = %v, want one lock TTL", d)
 	}
 }
+
+func TestACompletionThatLandedUnseenIsNotGivenUp(t *testing.T) {
+	st := newStallingStore(newMemory(t, nil))
+	k := idempotency.New(st)
+	ctx := context.Background()
+	run, _, err := k.Start(ctx, "key", "fp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.stalled.Store(true)
+	st.landed.Store(true) // the store carries the completion out, but its reply is lost
+	if err := run.Complete(ctx, idempotency.Outcome{Status: 201}); !errors.Is(err, idempotency.ErrPending) {
+		t.Fatalf("Complete = %v, want ErrPending", err)
+	}
+	st.waitFailures(t, 1)
+	st.stalled.Store(false) // the retry finds the record completed already, by this run
+	if err := shutdown(t, k); err != nil {
+		t.Fatalf("Shutdown = %v", err)
+	}
+	if k.GivenUp() != 0 {
+		t.Fatalf("GivenUp = %d, want 0: the completion landed", k.GivenUp())
+	}
+	info, found, err := k.Lookup(ctx, "key")
+	if err != nil || !found || !info.Completed || info.Status != 201 || !info.BodyStored || info.ID != "key" {
+		t.Fatalf("Lookup = %+v, %v, %v", info, found, err)
+	}
+}

@@ -91,16 +91,9 @@ type RecordInfo struct {
 }
 
 // Lookup returns what the live record under key holds, for an operator:
-// found is false when no record is live. It changes nothing. The store
-// must be able to look records up (every store of this module can).
+// found is false when no record is live. It changes nothing.
 func (k *Keeper) Lookup(ctx context.Context, key string) (info RecordInfo, found bool, err error) {
-	lk, ok := k.store.(interface {
-		Lookup(ctx context.Context, key string) (store.Record, bool, error)
-	})
-	if !ok {
-		return RecordInfo{}, false, fmt.Errorf("%w: the store cannot look records up", store.ErrUnavailable)
-	}
-	rec, found, err := lk.Lookup(ctx, key)
+	rec, found, err := k.store.Lookup(ctx, key)
 	if err != nil || !found {
 		return RecordInfo{}, false, err
 	}

@@ -64,7 +64,7 @@ const (
 	// RateLimitCallerQuota: the idempotency records one caller may open.
 	RateLimitCallerQuota = "caller_quota"
 	// RateLimitAddressQuota: the idempotency records the callers at one
-	// client address may open together.
+	// client address may open together, or the bytes they may take.
 	RateLimitAddressQuota = "address_quota"
 )
 

@@ -34,7 +34,7 @@
 //	413 payload_too_large        the body is over the route's limit
 //	422 idempotency_key_reused   the key was used for another request (method, route or body)
 //	429 rate_limited             over the per-IP issue rate; Retry-After says when to retry
-//	431 headers_too_large        the request's header fields are over the server's limit
+//	431 headers_too_large        the request line and header fields are over the server's limit
 //	501 unsupported_transfer_encoding  a Transfer-Encoding other than chunked
 //	502 upstream_unavailable     the gateway's app could not be reached or did not answer in time
 //	503 store_full               a bounded store is full: nothing was done

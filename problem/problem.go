@@ -25,14 +25,15 @@ var (
 	ErrBadRequest = errors.New("bad request")
 	// ErrTooLarge: the request body is over the size limit.
 	ErrTooLarge = errors.New("payload too large")
-	// ErrHeadersTooLarge: the request's header fields are over the
-	// server's limit (net/http's Server.MaxHeaderBytes).
+	// ErrHeadersTooLarge: the request's head (its request line and
+	// header fields) is over the server's limit (16 KiB in cmd/server).
 	ErrHeadersTooLarge = errors.New("request header fields too large")
 	// ErrTransferEncoding: the request body has a transfer coding other
 	// than chunked, which net/http does not read.
 	ErrTransferEncoding = errors.New("unsupported transfer encoding")
 	// ErrHTTPVersion: the request is of an HTTP version net/http's
-	// HTTP/1 server does not speak (HTTP/2.0 in a request line, say).
+	// HTTP/1 server does not speak (HTTP/2.0 in a request line, say, or
+	// the HTTP/2 preface's PRI * HTTP/2.0).
 	ErrHTTPVersion = errors.New("http version not supported")
 	// ErrUnauthorized: a required API key is missing or wrong.
 	ErrUnauthorized = errors.New("unauthorized")
@@ -129,7 +130,7 @@ var table = []spec{
 	{err: idempotency.ErrFingerprintMismatch, status: 422, code: "idempotency_key_reused", title: "Idempotency key reused", detail: "this idempotency key was used for a different request (another method, route or body); use a new key for a new request"},
 	{err: ErrTooLarge, status: 413, code: "payload_too_large", title: "Payload too large", detail: "the body is over 64 KiB"},
 	{err: ErrRateLimited, status: 429, code: "rate_limited", title: "Too many requests", detail: "too many tokens for this client; retry after Retry-After seconds"},
-	{err: ErrHeadersTooLarge, status: 431, code: "headers_too_large", title: "Request header fields too large", detail: "the request's header fields are over 16 KiB; send fewer or smaller headers (a large Cookie, say)"},
+	{err: ErrHeadersTooLarge, status: 431, code: "headers_too_large", title: "Request header fields too large", detail: "the request line and header fields are over 16 KiB (16,384 bytes) together; send fewer or smaller headers (a large Cookie, say)"},
 	{err: ErrTransferEncoding, status: 501, code: "unsupported_transfer_encoding", title: "Transfer encoding not supported", detail: "the request body's Transfer-Encoding is not chunked; send the body with Content-Length or Transfer-Encoding: chunked"},
 	{err: ErrUpstreamUnavailable, status: 502, code: "upstream_unavailable", title: "Upstream unavailable", detail: "the application behind Replayguard could not be reached or did not answer in time; retry later"},
 	{err: store.ErrFull, status: 503, code: "store_full", title: "Store full", detail: "the store holds as many live entries as it may; nothing was done; retry later", retryAfter: time.Second},

@@ -3,10 +3,12 @@ package main
 import (
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -40,7 +42,10 @@ func TestOneCallerCannotFillTheMemoryStore(t *testing.T) {
 		"REPLAYGUARD_MEMORY_MAX_ENTRIES=200",          // records: 100
 		"REPLAYGUARD_MEMORY_MAX_BYTES=4MiB",           // records: 2 MiB, about thirty 64 KiB answers
 		"REPLAYGUARD_IDEMPOTENCY_MAX_PER_CALLER=auto", // a tenth of 100 records
-		"REPLAYGUARD_TRUSTED_PROXIES=127.0.0.1",       // each caller at its own address
+		// Each caller's ten answers fit its address's bytes (auto: an
+		// eighth of 2 MiB), so that many callers together fill the records.
+		"REPLAYGUARD_IDEMPOTENCY_MAX_BYTES_PER_ADDRESS=1MiB",
+		"REPLAYGUARD_TRUSTED_PROXIES=127.0.0.1", // each caller at its own address
 	)
 	callers := 0
 	addr := map[string]string{}
@@ -199,12 +204,143 @@ func TestOneAddressCannotFillTheRecords(t *testing.T) {
 	}
 }
 
+// TestFingerprintFloodIsBoundedByTheAddressQuota: keyless requests to a
+// fingerprint route open records too, and once did not count: 300
+// distinct bodies from one address got 300 answers past an address bound
+// of 125, and enough of them filled the records' half, so that a caller
+// at another address got 503 store_full for a fresh key on another
+// route. They count as keyed records do.
+func TestFingerprintFloodIsBoundedByTheAddressQuota(t *testing.T) {
+	base := startFloodGateway(t, 0, "REPLAYGUARD_IDEMPOTENCY_MAX_PER_ADDRESS=125")
+	counts := map[int]int{}
+	for i := range 300 {
+		r := comment(t, base, "203.0.113.66", i)
+		counts[r.status]++
+		if r.status == http.StatusTooManyRequests && (r.code() != "rate_limited" || r.header.Get("Retry-After") == "") {
+			t.Fatalf("flood request %d = %d %s, want 429 rate_limited with Retry-After", i, r.status, r.body)
+		}
+		if r.status == http.StatusCreated && counts[http.StatusTooManyRequests] > 0 {
+			t.Fatalf("flood request %d = 201 after a 429", i)
+		}
+	}
+	if counts[http.StatusCreated] != 125 || counts[http.StatusTooManyRequests] != 175 {
+		t.Fatalf("the flood got %v, want 125 answers from the app and 429 for the rest", counts)
+	}
+	// A double submit from the flooding address is still replayed, and
+	// other addresses are not affected.
+	if r := comment(t, base, "203.0.113.66", 0); r.status != http.StatusCreated || r.header.Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("the first comment's double submit = %d %v %s, want its replay", r.status, r.header, r.body)
+	}
+	victimOrders(t, base, "198.51.100.7")
+}
+
+// TestFingerprintFloodCannotFillTheRecordsWithBytes: at the memory
+// store's default sizes, the per-address bound on records (62,500 a day)
+// does not bound bytes: 800 keyless requests from one address answered
+// 100 KB each filled the 64 MiB of the records' half, and a caller at
+// another address got 503 store_full for a fresh key on another route.
+// The address's bytes are bounded too (8 MiB a day by default): the
+// flood, offering more than the records' half, gets 429 once they are
+// used up, the records are never full, and the other address is served.
+func TestFingerprintFloodCannotFillTheRecordsWithBytes(t *testing.T) {
+	const answer = 100 << 10
+	base := startFloodGateway(t, answer) // the default store, sizes and bounds
+	const maxRecordBytes, perAddress = memory.DefaultMaxBytes / 2, memory.DefaultMaxBytes / 2 / 8
+	const offered = 800
+	if offered*answer <= maxRecordBytes {
+		t.Fatalf("the flood offers %d bytes, not more than the records' %d", offered*answer, maxRecordBytes)
+	}
+	counts := map[int]int{}
+	for i := range offered {
+		r := comment(t, base, "203.0.113.66", i)
+		counts[r.status]++
+		switch {
+		case r.status == http.StatusTooManyRequests && (r.code() != "rate_limited" || r.header.Get("Retry-After") == "" || !strings.Contains(r.body, "response bytes")):
+			t.Fatalf("flood request %d = %d %s, want 429 rate_limited for the address's bytes, with Retry-After", i, r.status, r.body)
+		case r.status == http.StatusCreated && counts[http.StatusTooManyRequests] > 0:
+			t.Fatalf("flood request %d = 201 after a 429", i)
+		case r.status != http.StatusCreated && r.status != http.StatusTooManyRequests:
+			t.Fatalf("flood request %d = %d %s", i, r.status, r.body)
+		}
+	}
+	t.Logf("the flood of %d got %v", offered, counts)
+	// The answers that fit the address's bytes, and one more that was
+	// sent but not stored.
+	if max := perAddress/answer + 1; counts[http.StatusCreated] > max || counts[http.StatusCreated] < max-5 {
+		t.Fatalf("the flood got %v, want about %d answers from the app and 429 for the rest", counts, max)
+	}
+	if full := metric(t, base, `replayguard_store_full{pool="records"}`); full != "0" {
+		t.Fatalf(`replayguard_store_full{pool="records"} after the flood = %q, want 0`, full)
+	}
+	if b, err := strconv.ParseFloat(metric(t, base, `replayguard_store_bytes{pool="records"}`), 64); err != nil || b > perAddress+answer {
+		t.Fatalf(`replayguard_store_bytes{pool="records"} after the flood = %v (%v), want at most the address's %d bytes and an answer`, b, err, perAddress)
+	}
+	victimOrders(t, base, "198.51.100.7")
+	// A keyless request from another address on the flooded route is
+	// answered and recorded too.
+	if r := comment(t, base, "198.51.100.8", 0); r.status != http.StatusCreated || r.header.Get("Idempotent-Replayed") != "" {
+		t.Fatalf("another address's comment = %d %.200s, want 201 from the app", r.status, r.body)
+	}
+	if r := comment(t, base, "198.51.100.8", 0); r.status != http.StatusCreated || r.header.Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("its double submit = %d %.200s, want its replay", r.status, r.body)
+	}
+}
+
+// startFloodGateway starts a gateway on the memory store with env, in
+// front of an app that answers 201 with a body of answer bytes: POST
+// /comments is a fingerprint route whose window (an hour) outlasts the
+// test, so that no record expires during a flood; POST /orders needs an
+// Idempotency-Key. Each client is at the address in its X-Forwarded-For.
+func startFloodGateway(t *testing.T, answer int, env ...string) string {
+	t.Helper()
+	body := strings.Repeat("a", answer)
+	app := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.WriteHeader(http.StatusCreated)
+		_, _ = io.WriteString(w, body)
+	}))
+	t.Cleanup(app.Close)
+	routes := filepath.Join(t.TempDir(), "routes.yaml")
+	if err := os.WriteFile(routes, []byte("routes:\n  - {match: \"POST /comments\", policy: fingerprint, window: 1h}\n  - {match: \"POST /orders\", policy: idempotency_key, required: true}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return startGateway(t, append([]string{
+		"REPLAYGUARD_UPSTREAM=" + app.URL,
+		"REPLAYGUARD_ROUTES=" + routes,
+		"REPLAYGUARD_TRUSTED_PROXIES=127.0.0.1",
+	}, env...)...)
+}
+
+// comment posts the i-th distinct keyless comment from the address from.
+func comment(t *testing.T, base, from string, i int) result {
+	t.Helper()
+	return try(newReq(t, "POST", base+"/comments", fmt.Sprintf(`{"text":"comment %d"}`, i), "Content-Type", "application/json", "X-Forwarded-For", from))
+}
+
+// victimOrders checks that a caller at the address from, away from a
+// flood, gets the app's answer for a fresh key on /orders, and its retry
+// the stored answer.
+func victimOrders(t *testing.T, base, from string) {
+	t.Helper()
+	order := func() result {
+		return try(newReq(t, "POST", base+"/orders", `{"qty":1}`, "Content-Type", "application/json",
+			"Authorization", "Bearer victim", "Idempotency-Key", `"fresh-key"`, "X-Forwarded-For", from))
+	}
+	if r := order(); r.status != http.StatusCreated || r.header.Get("Idempotent-Replayed") != "" {
+		t.Fatalf("a fresh key from %s after the flood = %d %.200s, want 201 from the app", from, r.status, r.body)
+	}
+	if r := order(); r.status != http.StatusCreated || r.header.Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("its retry = %d %.200s, want the stored answer", r.status, r.body)
+	}
+}
+
 // TestRecordQuotasForTheStore: auto sizes the per-caller and per-address
 // bounds from the memory store's records, the per-address one never below
-// the per-caller one; a number is taken as it is; a store without a bound
+// the per-caller one, and the per-address bytes from the memory store's
+// bytes for records; a number is taken as it is; a store without a bound
 // gets none unless set.
 func TestRecordQuotasForTheStore(t *testing.T) {
-	mem := memory.New(memory.WithMaxEntries(1_000_000)) // records: 500,000
+	mem := memory.New(memory.WithMaxEntries(1_000_000)) // records: 500,000 and 64 MiB
 	t.Cleanup(func() { _ = mem.Close() })
 	var unbounded store.Store = struct{ store.Store }{mem} // no Usage
 	tests := []struct {
@@ -212,13 +348,14 @@ func TestRecordQuotasForTheStore(t *testing.T) {
 		env                   map[string]string
 		st                    store.Store
 		perCaller, perAddress int
+		bytesPerAddress       int64
 	}{
-		{"auto on the memory store", nil, mem, 50_000, 62_500},
-		{"auto never below the per-caller bound", map[string]string{"REPLAYGUARD_IDEMPOTENCY_MAX_PER_CALLER": "100000"}, mem, 100_000, 100_000},
-		{"set", map[string]string{"REPLAYGUARD_IDEMPOTENCY_MAX_PER_CALLER": "10", "REPLAYGUARD_IDEMPOTENCY_MAX_PER_ADDRESS": "500"}, mem, 10, 500},
-		{"off", map[string]string{"REPLAYGUARD_IDEMPOTENCY_MAX_PER_ADDRESS": "0"}, mem, 50_000, 0},
-		{"auto on an unbounded store", nil, unbounded, 0, 0},
-		{"set on an unbounded store", map[string]string{"REPLAYGUARD_IDEMPOTENCY_MAX_PER_ADDRESS": "1000"}, unbounded, 0, 1000},
+		{"auto on the memory store", nil, mem, 50_000, 62_500, 8 << 20},
+		{"auto never below the per-caller bound", map[string]string{"REPLAYGUARD_IDEMPOTENCY_MAX_PER_CALLER": "100000"}, mem, 100_000, 100_000, 8 << 20},
+		{"set", map[string]string{"REPLAYGUARD_IDEMPOTENCY_MAX_PER_CALLER": "10", "REPLAYGUARD_IDEMPOTENCY_MAX_PER_ADDRESS": "500", "REPLAYGUARD_IDEMPOTENCY_MAX_BYTES_PER_ADDRESS": "2MiB"}, mem, 10, 500, 2 << 20},
+		{"off", map[string]string{"REPLAYGUARD_IDEMPOTENCY_MAX_PER_ADDRESS": "0", "REPLAYGUARD_IDEMPOTENCY_MAX_BYTES_PER_ADDRESS": "0"}, mem, 50_000, 0, 0},
+		{"auto on an unbounded store", nil, unbounded, 0, 0, 0},
+		{"set on an unbounded store", map[string]string{"REPLAYGUARD_IDEMPOTENCY_MAX_PER_ADDRESS": "1000", "REPLAYGUARD_IDEMPOTENCY_MAX_BYTES_PER_ADDRESS": "1000"}, unbounded, 0, 1000, 1000},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -226,8 +363,47 @@ func TestRecordQuotasForTheStore(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got, gotAddr := c.perCaller(tc.st), c.perAddress(tc.st); got != tc.perCaller || gotAddr != tc.perAddress {
-				t.Fatalf("per caller %d, per address %d; want %d, %d", got, gotAddr, tc.perCaller, tc.perAddress)
+			if got, gotAddr, gotBytes := c.perCaller(tc.st), c.perAddress(tc.st), c.bytesPerAddress(tc.st); got != tc.perCaller || gotAddr != tc.perAddress || gotBytes != tc.bytesPerAddress {
+				t.Fatalf("per caller %d, per address %d and %d bytes; want %d, %d and %d", got, gotAddr, gotBytes, tc.perCaller, tc.perAddress, tc.bytesPerAddress)
+			}
+		})
+	}
+}
+
+// TestAddressBytesNeedTheMemoryStore: only the memory store counts bytes
+// per address, so a size set on another store (Redis, PostgreSQL) stops
+// the server at start rather than leave it without the bound it asked
+// for; auto there is none.
+func TestAddressBytesNeedTheMemoryStore(t *testing.T) {
+	mem := memory.New()
+	t.Cleanup(func() { _ = mem.Close() })
+	other := struct { // a store and limiter that counts no bytes, as Redis's
+		store.Store
+		store.Limiter
+	}{mem, mem}
+	log := slog.New(slog.DiscardHandler)
+	for _, tc := range []struct {
+		name    string
+		setting string
+		st      store.Store
+		want    int // options
+		wantErr string
+	}{
+		{"auto on the memory store", "auto", mem, 3, ""},
+		{"a size on the memory store", "1MiB", mem, 3, ""},
+		{"auto on another store", "auto", other, 0, ""},
+		{"a size on another store", "8MiB", other, 0, "REPLAYGUARD_IDEMPOTENCY_MAX_BYTES_PER_ADDRESS: only the memory store"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := loadConfig(nil, func(k string) string {
+				return map[string]string{"REPLAYGUARD_IDEMPOTENCY_MAX_BYTES_PER_ADDRESS": tc.setting}[k]
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			opts, err := recordQuotas(c, tc.st, tc.st, log)
+			if len(opts) != tc.want || (err == nil) != (tc.wantErr == "") || err != nil && !strings.Contains(err.Error(), tc.wantErr) {
+				t.Fatalf("recordQuotas = %d options, %v; want %d, %q", len(opts), err, tc.want, tc.wantErr)
 			}
 		})
 	}

@@ -56,6 +56,7 @@ type config struct {
 	IdempotencyMaxBody   int
 	PerCaller            int                        // records per caller and retention; -1: auto
 	PerAddress           int                        // records per client address and retention; -1: auto
+	BytesPerAddress      int64                      // bytes of records per client address and retention; -1: auto
 	IdempotencyScope     func(*http.Request) string // nil: the client IP
 	FingerprintWindow    time.Duration
 	// Gateway mode: Upstream nil means off.
@@ -249,6 +250,8 @@ var settings = []setting{
 		func(c *config, v string) (err error) { c.PerCaller, err = parseQuota(v); return err }},
 	{"REPLAYGUARD_IDEMPOTENCY_MAX_PER_ADDRESS", "idempotency-max-per-address", autoValue, "idempotency records all callers from one client IP (an IPv6 /64) may open per retention period (429 past it); auto: an eighth of the memory store's records, never below the per-caller bound, none on Redis", false,
 		func(c *config, v string) (err error) { c.PerAddress, err = parseQuota(v); return err }},
+	{"REPLAYGUARD_IDEMPOTENCY_MAX_BYTES_PER_ADDRESS", "idempotency-max-bytes-per-address", autoValue, "bytes the idempotency records of all callers from one client IP (an IPv6 /64) may take per retention period, stored responses included (429 past it), with a KiB, MiB or GiB suffix; auto: an eighth of the memory store's bytes for records; only the memory store counts them", false,
+		func(c *config, v string) (err error) { c.BytesPerAddress, err = parseByteQuota(v); return err }},
 	{"REPLAYGUARD_IDEMPOTENCY_SCOPE", "idempotency-scope", guard.DefaultScope, "whom a stored idempotency key belongs to: credentials (Authorization and Cookie, else the client IP), or header:<Name> to add that request header", false,
 		func(c *config, v string) (err error) { c.IdempotencyScope, err = guard.ParseScope(v); return err }},
 	{"REPLAYGUARD_FINGERPRINT_WINDOW", "fingerprint-window", duration(guard.DefaultFingerprintWindow), "how long fingerprint routes replay a keyless request's response to identical requests, from its completion", false,
@@ -417,6 +420,72 @@ func envNames() []string {
 	return names
 }
 
+// unknownVariable is a REPLAYGUARD_* environment variable that is no
+// setting, and the setting whose name is closest to its name.
+type unknownVariable struct{ name, closest string }
+
+// unknownVariableMsg is the start-up warning for an unknownVariable.
+const unknownVariableMsg = "a REPLAYGUARD_* variable is not a setting: ignored"
+
+// testVariablePrefix starts the tests' own variables, which the server
+// does not read (REPLAYGUARD_TEST_REDIS_URL and the like).
+const testVariablePrefix = "REPLAYGUARD_TEST_"
+
+// unknownVariables returns the REPLAYGUARD_* variables of environ
+// (NAME=value, as os.Environ gives it) that are no setting, nor a
+// setting's _FILE form (envNames), each once, with the closest setting
+// by editDistance (the first in README order on a tie). A misspelt
+// variable is not an error, since a setting it was meant to be has a
+// default, but nothing else would say that it was ignored.
+// REPLAYGUARD_TEST_* variables are left out.
+func unknownVariables(environ []string) []unknownVariable {
+	known := envNames()
+	var unknown []unknownVariable
+	seen := map[string]bool{}
+	for _, kv := range environ {
+		name, _, _ := strings.Cut(kv, "=")
+		if !strings.HasPrefix(name, "REPLAYGUARD_") || strings.HasPrefix(name, testVariablePrefix) ||
+			slices.Contains(known, name) || seen[name] {
+			continue
+		}
+		seen[name] = true
+		closest, best := "", -1
+		for _, k := range known {
+			if d := editDistance(name, k); best < 0 || d < best {
+				closest, best = k, d
+			}
+		}
+		unknown = append(unknown, unknownVariable{name, closest})
+	}
+	return unknown
+}
+
+// editDistance is the optimal string alignment distance of a and b: how
+// many insertions, deletions, substitutions and swaps of two adjacent
+// bytes turn a into b (Damerau-Levenshtein, with no substring edited
+// twice), so that TOKN and TOKNE are both one edit from TOKEN.
+func editDistance(a, b string) int {
+	prev2, prev, cur := make([]int, len(b)+1), make([]int, len(b)+1), make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+			if i > 1 && j > 1 && a[i-1] == b[j-2] && a[i-2] == b[j-1] {
+				cur[j] = min(cur[j], prev2[j-2]+1)
+			}
+		}
+		prev2, prev, cur = prev, cur, prev2
+	}
+	return prev[len(b)]
+}
+
 // loadConfig reads args (flags win), then getenv, then the defaults. Its
 // errors name the variable and never quote a secret; a command line that
 // does not parse is a *usageError, and -h is flag.ErrHelp.
@@ -523,6 +592,22 @@ func parseQuota(v string) (int, error) {
 	return n, nil
 }
 
+// parseByteQuota reads a quota of bytes: auto (-1), or 0 (none), or a
+// size.
+func parseByteQuota(v string) (int64, error) {
+	switch v {
+	case autoValue:
+		return -1, nil
+	case "0":
+		return 0, nil
+	}
+	n, err := size.Parse(v, 1<<40)
+	if err != nil {
+		return 0, fmt.Errorf("must be auto, 0 (none) or a size: %w", err)
+	}
+	return n, nil
+}
+
 // parseRate reads "N/s", "N/m" or "N/h" (burst N) or "0" (off).
 func parseRate(v string) (store.Limit, error) {
 	if v == "0" {
@@ -592,6 +677,23 @@ func (c *config) perAddress(st store.Store) int {
 	}
 	if u, ok := st.(store.Usager); ok {
 		return int(max(u.Usage().MaxRecords/8, int64(c.perCaller(st)), 1))
+	}
+	return 0
+}
+
+// bytesPerAddress is REPLAYGUARD_IDEMPOTENCY_MAX_BYTES_PER_ADDRESS for
+// the store the server runs on. auto is an eighth of the memory store's
+// bytes for records, as the per-address bound is an eighth of its
+// records: one address then takes at most about a quarter of them, in
+// bytes as in records, however large the answers it asks for (8 MiB a
+// day at the default size: some eighty 100 KB answers, or twenty
+// thousand small ones). None on a store without a bound.
+func (c *config) bytesPerAddress(st store.Store) int64 {
+	if c.BytesPerAddress >= 0 {
+		return c.BytesPerAddress
+	}
+	if u, ok := st.(store.Usager); ok {
+		return max(u.Usage().MaxRecordBytes/8, 1)
 	}
 	return 0
 }

@@ -101,6 +101,8 @@ var flagTypes = map[string]string{
 	"REPLAYGUARD_TRUSTED_PROXIES":            "list",
 	"REPLAYGUARD_LOG_LEVEL":                  "level",
 	"REPLAYGUARD_SHUTDOWN_TIMEOUT":           "duration",
+
+	"REPLAYGUARD_IDEMPOTENCY_MAX_BYTES_PER_ADDRESS": "size",
 }
 
 // flagType is s's type in the usage.

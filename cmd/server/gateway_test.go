@@ -206,6 +206,26 @@ func gatewayScenarios(t *testing.T, gw string, up *upstreamProc, secret []byte) 
 		up.wantCount(t, "comments", 2)
 	})
 
+	t.Run("fingerprint and keys: a member named in two cases is refused, in either order, and never reaches the app", func(t *testing.T) {
+		for _, tc := range []struct{ path, body, key string }{
+			{"/comments", `{"item":"book","qty":1,"QTY":5}`, ""},
+			{"/comments", `{"QTY":5,"item":"book","qty":1}`, ""},
+			{"/comments", `{"lines":[{"sku":"a","\u017fku":"b"}]}`, ""}, // the long s is s
+			{"/orders", `{"item":"book","qty":1,"QTY":5}`, `"case-1"`},
+			{"/orders", `{"QTY":5,"item":"book","qty":1}`, `"case-1"`},
+		} {
+			headers := []string{"Content-Type", "application/json", "X-Test-Case", "case-members"}
+			if tc.key != "" {
+				headers = append(headers, "Idempotency-Key", tc.key)
+			}
+			r := try(newReq(t, "POST", gw+tc.path, tc.body, headers...))
+			if r.status != http.StatusBadRequest || r.code() != "invalid_request" || !strings.Contains(r.body, "twice in one object") {
+				t.Fatalf("%s %s = %d %s, want 400 invalid_request naming the member", tc.path, tc.body, r.status, r.body)
+			}
+		}
+		up.wantCount(t, "case-members", 0)
+	})
+
 	t.Run("token: a form submit reaches the app once, with its body and token id", func(t *testing.T) {
 		tok, id := issueToken(t, gw, "checkout")
 		form := "item=book&idempotency_token=" + url.QueryEscape(tok) + "&qty=2"
@@ -677,6 +697,8 @@ func TestGatewaySettings(t *testing.T) {
 		{"negative per-caller quota", map[string]string{"REPLAYGUARD_IDEMPOTENCY_MAX_PER_CALLER": "-1"}, "REPLAYGUARD_IDEMPOTENCY_MAX_PER_CALLER: must be auto"},
 		{"per-address quota that is not a number", map[string]string{"REPLAYGUARD_IDEMPOTENCY_MAX_PER_ADDRESS": "lots"}, "REPLAYGUARD_IDEMPOTENCY_MAX_PER_ADDRESS: must be auto"},
 		{"negative per-address quota", map[string]string{"REPLAYGUARD_IDEMPOTENCY_MAX_PER_ADDRESS": "-5"}, "REPLAYGUARD_IDEMPOTENCY_MAX_PER_ADDRESS: must be auto"},
+		{"per-address bytes that are not a size", map[string]string{"REPLAYGUARD_IDEMPOTENCY_MAX_BYTES_PER_ADDRESS": "8MB"}, "REPLAYGUARD_IDEMPOTENCY_MAX_BYTES_PER_ADDRESS: must be auto, 0 (none) or a size"},
+		{"negative per-address bytes", map[string]string{"REPLAYGUARD_IDEMPOTENCY_MAX_BYTES_PER_ADDRESS": "-1"}, "REPLAYGUARD_IDEMPOTENCY_MAX_BYTES_PER_ADDRESS: must be auto"},
 		{"memory bytes without a unit it knows", map[string]string{"REPLAYGUARD_MEMORY_MAX_BYTES": "1GB"}, "REPLAYGUARD_MEMORY_MAX_BYTES: \"1GB\" is not a size"},
 		{"scope header that is not a name", map[string]string{"REPLAYGUARD_IDEMPOTENCY_SCOPE": "header:a b"}, "REPLAYGUARD_IDEMPOTENCY_SCOPE:"},
 		{"negative window", map[string]string{"REPLAYGUARD_FINGERPRINT_WINDOW": "-2s"}, "REPLAYGUARD_FINGERPRINT_WINDOW: must be positive"},

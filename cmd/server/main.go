@@ -31,6 +31,7 @@ import (
 	"github.com/redis/go-redis/v9/maintnotifications"
 
 	"github.com/replayguard/replayguard/gateway"
+	"github.com/replayguard/replayguard/guard"
 	"github.com/replayguard/replayguard/handlers"
 	"github.com/replayguard/replayguard/idempotency"
 	"github.com/replayguard/replayguard/internal/logjson"
@@ -100,6 +101,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, out io.
 	// first. This goroutine's own panics unwind through logs.Close.
 	onPanic := logPanic(log, logs)
 	defer repanic(onPanic)
+	for _, v := range unknownVariables(environ()) {
+		log.Warn(unknownVariableMsg, "variable", v.name, "closest_setting", v.closest)
+	}
 	gin.SetMode(gin.ReleaseMode)
 	gin.DefaultWriter, gin.DefaultErrorWriter = io.Discard, io.Discard
 	goredis.SetLogger(redisLogger{log})
@@ -227,18 +231,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, out io.
 					"not_before", notBefore.UTC().Format(time.RFC3339))
 			}
 		}
-		if lim, ok := inst.(store.Limiter); ok {
-			perCaller, perAddress := cfg.perCaller(st), cfg.perAddress(st)
-			if perCaller > 0 {
-				gopts = append(gopts, gateway.WithCallerQuota(lim, perCaller))
-			}
-			if perAddress > 0 {
-				gopts = append(gopts, gateway.WithAddressQuota(lim, perAddress))
-			}
-			if perCaller > 0 || perAddress > 0 {
-				log.Info("gateway: idempotency records per retention (0: no bound)", "max_per_caller", perCaller, "max_per_address", perAddress)
-			}
+		quotas, err := recordQuotas(cfg, st, inst, log)
+		if err != nil {
+			return err
 		}
+		gopts = append(gopts, quotas...)
 		if gw, err = gateway.New(cfg.Upstream, cfg.Routes, gopts...); err != nil {
 			return fmt.Errorf("REPLAYGUARD_ROUTES: %w", err)
 		}
@@ -302,6 +299,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, out io.
 	return nil
 }
 
+// environ is the process's environment, in which run looks for
+// REPLAYGUARD_* variables that are no setting (unknownVariables): run's
+// getenv can only look names up.
+var environ = os.Environ
+
 // testStore wraps the store of the idempotency records. It is the
 // identity; only the tests replace it (TestMain, in the server's
 // subprocess), to make a record's heartbeat panic.
@@ -317,6 +319,21 @@ const (
 	// gatewayMargin is what a gateway request may take beyond its body
 	// and the app: store calls, and writing the response out.
 	gatewayMargin = 5 * time.Second
+)
+
+// maxHeadBytes is how long a request's head may be: its request line,
+// its header fields and the empty line that ends them, CRLFs included.
+// A longer head is 431 headers_too_large. net/http reads a head of up to
+// Server.MaxHeaderBytes plus headSlop bytes (its "bufio slop",
+// initialReadLimitSize in net/http/server.go), counted from the head's
+// first byte, so newServer sets MaxHeaderBytes headSlop below the limit.
+// The count is exact when the head's first byte was not read along with
+// the previous request, as it never is for a client that waits for an
+// answer before it sends its next request; a pipelined request's head
+// may run up to one more read buffer (4 KiB) over.
+const (
+	maxHeadBytes = 16 << 10
+	headSlop     = 4096
 )
 
 // newServer returns the HTTP server for h; upstream is the gateway's
@@ -337,13 +354,14 @@ func newServer(h http.Handler, upstream time.Duration) *http.Server {
 		write = max(write, read+upstream+gatewayMargin)
 	}
 	return &http.Server{
-		Handler:           h,
+		Handler:           refuse(h),
 		ReadHeaderTimeout: readHeaderTimeout,
 		ReadTimeout:       read,
 		WriteTimeout:      write,
 		IdleTimeout:       idleTimeout,
-		MaxHeaderBytes:    16 << 10,
+		MaxHeaderBytes:    maxHeadBytes - headSlop, // a head of maxHeadBytes
 		ConnState:         problemConnState,
+		ConnContext:       problemConnContext,
 	}
 }
 
@@ -527,4 +545,35 @@ func (l redisLogger) Printf(ctx context.Context, format string, v ...any) {
 		msg = "redis: " + msg
 	}
 	l.log.WarnContext(ctx, msg)
+}
+
+// recordQuotas are the gateway's bounds on the idempotency records of
+// one caller and of one client address (see config.perCaller,
+// perAddress and bytesPerAddress), counted in inst's limiter, and the
+// bytes in st's own (the memory store's Charge: the instrumented store
+// has none).
+func recordQuotas(cfg *config, st, inst store.Store, log *slog.Logger) ([]gateway.Option, error) {
+	lim, ok := inst.(store.Limiter)
+	if !ok {
+		return nil, nil
+	}
+	var opts []gateway.Option
+	perCaller, perAddress, bytesPerAddress := cfg.perCaller(st), cfg.perAddress(st), cfg.bytesPerAddress(st)
+	if perCaller > 0 {
+		opts = append(opts, gateway.WithCallerQuota(lim, perCaller))
+	}
+	if perAddress > 0 {
+		opts = append(opts, gateway.WithAddressQuota(lim, perAddress))
+	}
+	if bytesPerAddress > 0 {
+		ch, ok := st.(guard.Charger)
+		if !ok {
+			return nil, errors.New("REPLAYGUARD_IDEMPOTENCY_MAX_BYTES_PER_ADDRESS: only the memory store counts the bytes of records per address; set it to 0 or auto on this store, and bound Redis with maxmemory")
+		}
+		opts = append(opts, gateway.WithAddressBytes(ch, int(bytesPerAddress)))
+	}
+	if len(opts) > 0 {
+		log.Info("gateway: idempotency records per retention (0: no bound)", "max_per_caller", perCaller, "max_per_address", perAddress, "max_bytes_per_address", bytesPerAddress)
+	}
+	return opts, nil
 }

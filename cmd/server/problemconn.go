@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -53,7 +54,8 @@ func (l problemListener) Accept() (net.Conn, error) {
 // looked at: net/http's error answers are always written whole, at a
 // response's start (after the previous response was written out and
 // the connection went idle), and are its last write on the connection.
-// Every other write passes through untouched.
+// Every other write passes through untouched. It also measures each
+// request's head as it is read (see head), for refuse.
 type problemConn struct {
 	net.Conn
 	// responding is set from the first byte of a response until
@@ -61,7 +63,94 @@ type problemConn struct {
 	// that a response's own bytes (an app's body that happens to spell
 	// an error answer) are never taken for one.
 	responding atomic.Bool
+	// head measures the head of the request being read. Reads are
+	// net/http's, one at a time, and it resets head when the connection
+	// goes idle, after the last read of the request before.
+	head headScan
+	// early is the byte net/http's background read took (while a
+	// handler ran, to learn whether the client went away), which
+	// starts the next request's head; hasEarly says there is one.
+	early    [1]byte
+	hasEarly bool
+	// headLen and lineLen are the length of the last head head measured
+	// and of its request line, for refuse on the handler's goroutine; 0
+	// until its end was read.
+	headLen, lineLen atomic.Int64
 }
+
+func (c *problemConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	switch {
+	case !c.head.done:
+		if c.head.scan(p[:n]) {
+			c.lineLen.Store(int64(c.head.line1))
+			c.headLen.Store(int64(c.head.n))
+		}
+	case n == 1 && len(p) == 1:
+		// Past a head, only net/http's background read reads a single
+		// byte: the next request's first, read before the connection
+		// goes idle.
+		c.early[0], c.hasEarly = p[0], true
+	}
+	return n, err
+}
+
+// headScan measures a request's head as its bytes are read: from the
+// request line's first byte through the empty line that ends the header
+// fields, line ends (CRLF, or a bare LF as net/http also takes) included.
+// Empty lines before the request line, which net/http skips after a
+// POST, are not counted.
+type headScan struct {
+	n     int  // bytes of the head so far
+	lines int  // complete lines so far
+	line  int  // bytes of the current line so far
+	cr    bool // the current line's last byte so far is a CR
+	line1 int  // length of the request line, line end excluded
+	done  bool // the head ended, or grew past any head net/http takes
+}
+
+// scan reads p, the next bytes of the connection, and reports whether
+// they ended the head. Past maxScanBytes it stops without an end.
+func (h *headScan) scan(p []byte) bool {
+	for len(p) > 0 {
+		if h.n == 0 {
+			p = bytes.TrimLeft(p, "\r\n")
+			if len(p) == 0 {
+				return false
+			}
+		}
+		i := bytes.IndexByte(p, '\n')
+		if i < 0 {
+			h.n += len(p)
+			h.line += len(p)
+			h.cr = p[len(p)-1] == '\r'
+			break
+		}
+		h.n += i + 1
+		length := h.line + i
+		if i > 0 && p[i-1] == '\r' || i == 0 && h.cr {
+			length--
+		}
+		h.lines++
+		switch {
+		case h.lines == 1:
+			h.line1 = length
+		case length == 0:
+			h.done = true
+			return true
+		}
+		h.line, h.cr, p = 0, false, p[i+1:]
+	}
+	if h.n > maxScanBytes {
+		h.done = true
+	}
+	return false
+}
+
+// maxScanBytes bounds the bytes headScan looks at: more than any head
+// net/http reads, even with a read buffer's worth read before it starts
+// counting.
+const maxScanBytes = maxHeadBytes + 2*headSlop
 
 func (c *problemConn) Write(p []byte) (int, error) {
 	if c.responding.Load() {
@@ -103,7 +192,71 @@ func (c *problemConn) CloseWrite() error {
 func problemConnState(c net.Conn, state http.ConnState) {
 	if pc, ok := c.(*problemConn); ok && state == http.StateIdle {
 		pc.responding.Store(false)
+		pc.head = headScan{}
+		if pc.hasEarly {
+			pc.head.scan(pc.early[:])
+			pc.hasEarly = false
+		}
+		pc.headLen.Store(0)
+		pc.lineLen.Store(0)
 	}
+}
+
+// connKey is the request context key of the request's *problemConn.
+type connKey struct{}
+
+// problemConnContext is the http.Server's ConnContext: it gives refuse
+// the connection a request came on.
+func problemConnContext(ctx context.Context, c net.Conn) context.Context {
+	if pc, ok := c.(*problemConn); ok {
+		return context.WithValue(ctx, connKey{}, pc)
+	}
+	return ctx
+}
+
+// refuse answers, before h, the requests net/http hands on that the
+// server refuses as it refuses those net/http answers itself, with
+// problem+json and Connection: close, so that they reach neither the API
+// nor, in gateway mode, the app:
+//
+//   - PRI * HTTP/2.0, the HTTP/2 connection preface's first line, which
+//     net/http lets through (without the rest of the preface too), so
+//     that a handler may take the connection over for HTTP/2; as for
+//     every other HTTP/2 request line, 505 http_version_not_supported;
+//   - a head over maxHeadBytes on a kept-alive connection: net/http
+//     counts a head from where it starts reading it, which on a
+//     kept-alive connection is after a read (of up to 4 KiB) that waits
+//     for the request's first bytes, so it lets such a head run that much
+//     over; 431 headers_too_large. The head is measured as it is read
+//     (problemConn); its request line's length must match r's, which it
+//     does unless the request was pipelined and read in part along with
+//     the one before: then net/http's count is the only one.
+func refuse(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var err error
+		switch {
+		case r.ProtoMajor != 1:
+			err = problem.ErrHTTPVersion
+		case headTooLarge(r):
+			err = problem.ErrHeadersTooLarge
+		default:
+			h.ServeHTTP(w, r)
+			return
+		}
+		w.Header().Set("Connection", "close")
+		problem.Write(w, err)
+	})
+}
+
+// headTooLarge reports whether r's head, as its connection measured it,
+// is over maxHeadBytes.
+func headTooLarge(r *http.Request) bool {
+	pc, ok := r.Context().Value(connKey{}).(*problemConn)
+	if !ok {
+		return false
+	}
+	n, line := pc.headLen.Load(), pc.lineLen.Load()
+	return n > maxHeadBytes && line == int64(len(r.Method)+len(r.RequestURI)+len(r.Proto)+2)
 }
 
 // problemAnswer returns the problem+json answer for p when p is one of

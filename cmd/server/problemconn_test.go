@@ -7,8 +7,10 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -99,6 +101,9 @@ func TestNetHTTPErrorsAreProblems(t *testing.T) {
 		{"a header name with a space", get("Bad Name: x\r\n"), 400, "invalid_request", "invalid header name"},
 		{"a transfer coding other than chunked", "POST /v1/tokens HTTP/1.1\r\nHost: rg.test\r\nTransfer-Encoding: gzip\r\n\r\n", 501, "unsupported_transfer_encoding", "chunked"},
 		{"HTTP/2.0 in a request line", "GET / HTTP/2.0\r\nHost: rg.test\r\n\r\n", 505, "http_version_not_supported", "HTTP/1.1"},
+		{"the HTTP/2 connection preface", h2Preface, 505, "http_version_not_supported", "HTTP/1.1"},
+		{"PRI * HTTP/2.0 without the rest of the preface", "PRI * HTTP/2.0\r\n\r\n", 505, "http_version_not_supported", "HTTP/1.1"},
+		{"PRI * HTTP/2.0 with a Host", "PRI * HTTP/2.0\r\nHost: rg.test\r\n\r\n", 505, "http_version_not_supported", "HTTP/1.1"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -111,6 +116,169 @@ func TestNetHTTPErrorsAreProblems(t *testing.T) {
 			}
 			wantProblemAnswer(t, resps[1], tc.status, tc.code, tc.detail)
 		})
+	}
+}
+
+// head returns a GET of path whose head (request line, header fields and
+// the empty line that ends them, CRLFs included) is exactly n bytes, padded
+// with an X-Pad header.
+func head(path string, n int) string {
+	start := "GET " + path + " HTTP/1.1\r\nHost: rg.test\r\nX-Pad: "
+	const end = "\r\n\r\n"
+	return start + strings.Repeat("p", n-len(start)-len(end)) + end
+}
+
+// TestHeadLimit: a request's head may take 16 KiB (16,384 bytes), counted
+// as the README counts it: from the request line's first byte through
+// the empty line that ends the header fields, CRLFs included. One byte
+// more is 431 problem+json (net/http alone allows 4 KiB more), on a fresh
+// connection and on a kept-alive one.
+func TestHeadLimit(t *testing.T) {
+	_, addr, _ := server(t)
+	for _, tc := range []struct {
+		name   string
+		n      int
+		status int
+	}{
+		{"15,000 bytes are served", 15000, http.StatusOK},
+		{"16,384 bytes, the limit, are served", 16384, http.StatusOK},
+		{"16,385 bytes are 431", 16385, http.StatusRequestHeaderFieldsTooLarge},
+		{"17,000 bytes are 431", 17000, http.StatusRequestHeaderFieldsTooLarge},
+	} {
+		raw := head("/healthz", tc.n)
+		if len(raw) != tc.n {
+			t.Fatalf("head is %d bytes, want %d", len(raw), tc.n)
+		}
+		check := func(t *testing.T, resp *http.Response) {
+			t.Helper()
+			if tc.status == http.StatusOK {
+				if body, _ := io.ReadAll(resp.Body); resp.StatusCode != http.StatusOK {
+					t.Fatalf("= %d %s, want 200", resp.StatusCode, body)
+				}
+				return
+			}
+			wantProblemAnswer(t, resp, tc.status, "headers_too_large", "16 KiB")
+		}
+		t.Run(tc.name, func(t *testing.T) { check(t, exchange(t, addr, raw)[0]) })
+		t.Run(tc.name+", after an answered request on the same connection", func(t *testing.T) {
+			resps := exchange(t, addr, "GET /healthz HTTP/1.1\r\nHost: rg.test\r\n\r\n", raw)
+			if resps[0].StatusCode != http.StatusOK || resps[0].Close {
+				t.Fatalf("first answer = %d (close %v), want 200 on a kept-alive connection", resps[0].StatusCode, resps[0].Close)
+			}
+			check(t, resps[1])
+		})
+	}
+	// A pipelined request is read in part with the one before it, which
+	// neither count sees: it is served up to the limit, never refused
+	// below it.
+	t.Run("a pipelined head of 16,384 bytes is served", func(t *testing.T) {
+		c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		if err := c.SetDeadline(time.Now().Add(10 * time.Second)); err != nil {
+			t.Fatal(err)
+		}
+		first := "POST /healthz HTTP/1.1\r\nHost: rg.test\r\nContent-Length: 8\r\n\r\n\r\n\r\n\r\n\r\n"
+		if _, err := io.WriteString(c, first+head("/healthz", maxHeadBytes)); err != nil {
+			t.Fatal(err)
+		}
+		br := bufio.NewReader(c)
+		for i, want := range []int{http.StatusMethodNotAllowed, http.StatusOK} {
+			resp, err := http.ReadResponse(br, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			if resp.StatusCode != want {
+				t.Fatalf("answer %d = %d %s, want %d", i, resp.StatusCode, body, want)
+			}
+		}
+	})
+}
+
+// TestHeadScan: a head is measured the same however its bytes are split
+// across reads, with CRLF or bare LF line ends, and without the empty
+// lines net/http skips before a request line.
+func TestHeadScan(t *testing.T) {
+	tests := []struct {
+		name string
+		// before (not counted), head, after (not counted); no end when
+		// after is "".
+		before, head, after string
+		line1               int
+	}{
+		{"CRLF", "", "GET /a HTTP/1.1\r\nHost: a\r\n\r\n", "body", 15},
+		{"bare LF", "", "GET /a HTTP/1.1\nHost: a\n\n", "body", 15},
+		{"no header fields", "", "GET /a HTTP/1.0\r\n\r\n", "x", 15},
+		{"empty lines before the request line", "\r\n\r\n", "GET /a HTTP/1.1\r\nHost: a\r\n\r\n", "x", 15},
+		{"a CR inside a line", "", "GET /a HTTP/1.1\r\nX: a\rb\r\n\r\n", "x", 15},
+		{"a body of empty lines", "", "POST /a HTTP/1.1\r\nContent-Length: 6\r\n\r\n", "\r\n\r\nxy", 16},
+		{"unfinished", "", "GET /a HTTP/1.1\r\nHost: a\r\n", "", 0},
+	}
+	for _, tc := range tests {
+		raw := tc.before + tc.head + tc.after
+		splits := [][]string{{raw}}
+		for i := 1; i < len(raw); i++ {
+			splits = append(splits, []string{raw[:i], raw[i:]})
+		}
+		var bytewise []string
+		for i := range len(raw) {
+			bytewise = append(bytewise, raw[i:i+1])
+		}
+		splits = append(splits, bytewise)
+		t.Run(tc.name, func(t *testing.T) {
+			for _, chunks := range splits {
+				var h headScan
+				ended := false
+				for _, c := range chunks {
+					if !h.done && h.scan([]byte(c)) {
+						ended = true
+					}
+				}
+				if want := tc.after != ""; ended != want || ended && (h.n != len(tc.head) || h.line1 != tc.line1) {
+					t.Fatalf("%q: ended %v, n %d, request line %d; want %v, %d, %d", chunks, ended, h.n, h.line1, want, len(tc.head), tc.line1)
+				}
+			}
+		})
+	}
+	t.Run("it stops past any head net/http reads", func(t *testing.T) {
+		var h headScan
+		if h.scan([]byte("GET / HTTP/1.1\r\nX: "+strings.Repeat("a", maxScanBytes))) || !h.done {
+			t.Fatalf("ended or still scanning: %+v", h)
+		}
+	})
+}
+
+// h2Preface is the HTTP/2 connection preface (RFC 9113, section 3.4).
+const h2Preface = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+
+// TestHTTP2LinesAreNeverForwarded: in gateway mode no HTTP/2 request line
+// reaches the app, PRI * HTTP/2.0 included (which net/http hands to the
+// handler, for servers that take HTTP/2 over from there): each is 505
+// problem+json, while an HTTP/1.1 request on an unrouted path passes.
+func TestHTTP2LinesAreNeverForwarded(t *testing.T) {
+	var reached atomic.Int32
+	app := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		reached.Add(1)
+		_, _ = io.WriteString(w, "app")
+	}))
+	t.Cleanup(app.Close)
+	addr := strings.TrimPrefix(startGateway(t, "REPLAYGUARD_UPSTREAM="+app.URL), "http://")
+	for _, raw := range []string{
+		h2Preface,
+		"PRI * HTTP/2.0\r\n\r\n",
+		"PRI * HTTP/2.0\r\nHost: rg.test\r\n\r\n",
+		"GET /page HTTP/2.0\r\nHost: rg.test\r\n\r\n",
+	} {
+		wantProblemAnswer(t, exchange(t, addr, raw)[0], http.StatusHTTPVersionNotSupported, "http_version_not_supported", "HTTP/1.1")
+	}
+	if n := reached.Load(); n != 0 {
+		t.Fatalf("the app got %d HTTP/2 requests", n)
+	}
+	if resp := exchange(t, addr, "GET /page HTTP/1.1\r\nHost: rg.test\r\n\r\n")[0]; resp.StatusCode != http.StatusOK || reached.Load() != 1 {
+		t.Fatalf("an HTTP/1.1 request = %d, reached the app %d times; want 200, once", resp.StatusCode, reached.Load())
 	}
 }
 

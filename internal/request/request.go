@@ -33,10 +33,7 @@ func ReadBody(r *http.Request, limit int64) ([]byte, error) {
 	}
 	data, err := io.ReadAll(io.LimitReader(r.Body, limit+1))
 	if err != nil {
-		if mbe, ok := errors.AsType[*http.MaxBytesError](err); ok {
-			return nil, fmt.Errorf("%w: the body is over %d bytes", problem.ErrTooLarge, mbe.Limit)
-		}
-		return nil, fmt.Errorf("%w: reading the body: %v", problem.ErrBadRequest, err)
+		return nil, BodyError(err)
 	}
 	if int64(len(data)) > limit {
 		return nil, tooLarge()
@@ -49,6 +46,25 @@ func ReadBody(r *http.Request, limit int64) ([]byte, error) {
 	r.Body = io.NopCloser(bytes.NewReader(data))
 	r.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(data)), nil }
 	return data, nil
+}
+
+// BodyError is the problem for err, an error reading a request's body
+// from its client: problem.ErrTooLarge for a body over an
+// http.MaxBytesReader's limit, else problem.ErrBadRequest with err's
+// text (a malformed chunked encoding, a body cut short), or a fixed text
+// for an error of the connection (a read timeout), whose text names the
+// server's own address.
+func BodyError(err error) error {
+	if mbe, ok := errors.AsType[*http.MaxBytesError](err); ok {
+		return fmt.Errorf("%w: the body is over %d bytes", problem.ErrTooLarge, mbe.Limit)
+	}
+	if ne, ok := errors.AsType[net.Error](err); ok {
+		if ne.Timeout() {
+			return fmt.Errorf("%w: the body did not arrive in time", problem.ErrBadRequest)
+		}
+		return fmt.Errorf("%w: the connection failed while the body was read", problem.ErrBadRequest)
+	}
+	return fmt.Errorf("%w: reading the body: %v", problem.ErrBadRequest, err)
 }
 
 type clientIPKey struct{}

@@ -733,14 +733,9 @@ func (s *Store) Allow(ctx context.Context, key string, l store.Limit) (bool, tim
 	sh := &s.limiters[s.shardIndex(key)]
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	lim, ok := sh.m[key]
-	if !ok {
-		if s.nLim.Add(1) > s.maxKeys {
-			s.nLim.Add(-1)
-			return false, s.interval, nil
-		}
-		lim = rate.NewLimiter(rate.Limit(float64(l.Rate)/l.Period.Seconds()), max(l.Burst, 1))
-		sh.m[key] = lim
+	lim := s.limiterLocked(sh, key, l)
+	if lim == nil {
+		return false, s.interval, nil
 	}
 	r := lim.ReserveN(now, 1)
 	if !r.OK() {
@@ -751,6 +746,48 @@ func (s *Store) Allow(ctx context.Context, key string, l store.Limit) (bool, tim
 		return false, d, nil
 	}
 	return true, 0, nil
+}
+
+// Charge counts an event of weight n for key against l, as Allow counts
+// one of weight 1 in the same bucket (guard.WithAddressBytes counts a
+// stored response's bytes with it): n over l.Burst counts as l.Burst. The
+// weight is taken even when less than n is left: the bucket then owes the
+// rest, and Allow refuses the key until it has refilled. fits reports
+// whether n was left (false, too, when the store tracks as many keys as
+// WithMaxLimiterKeys lets it). err is for system failures only.
+func (s *Store) Charge(ctx context.Context, key string, l store.Limit, n int) (fits bool, err error) {
+	if err := s.check(ctx, "charge"); err != nil {
+		return false, err
+	}
+	if l.IsZero() || n <= 0 {
+		return true, nil
+	}
+	now := s.now()
+	sh := &s.limiters[s.shardIndex(key)]
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	lim := s.limiterLocked(sh, key, l)
+	if lim == nil {
+		return false, nil
+	}
+	r := lim.ReserveN(now, min(n, lim.Burst())) // not canceled: a debt stays
+	return r.OK() && r.DelayFrom(now) == 0, nil
+}
+
+// limiterLocked returns key's bucket in sh, whose lock the caller holds,
+// made for l when there is none; nil when the store tracks as many keys
+// as it may.
+func (s *Store) limiterLocked(sh *limShard, key string, l store.Limit) *rate.Limiter {
+	if lim, ok := sh.m[key]; ok {
+		return lim
+	}
+	if s.nLim.Add(1) > s.maxKeys {
+		s.nLim.Add(-1)
+		return nil
+	}
+	lim := rate.NewLimiter(rate.Limit(float64(l.Rate)/l.Period.Seconds()), max(l.Burst, 1))
+	sh.m[key] = lim
+	return lim
 }
 
 // Ping implements store.Store. It fails after Close, and with

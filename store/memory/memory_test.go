@@ -423,6 +423,58 @@ func TestLimiterKeyBound(t *testing.T) {
 	}
 }
 
+// TestCharge: a weighted event takes its weight from the bucket Allow
+// counts in; when less is left it is taken anyway, not fitting, and the
+// debt keeps Allow refusing until the bucket has refilled.
+func TestCharge(t *testing.T) {
+	c := newClock()
+	s := memory.New(memory.WithClock(c.Now), memory.WithJanitorInterval(time.Hour))
+	defer s.Close()
+	ctx := context.Background()
+	l := store.Limit{Rate: 1000, Burst: 1000, Period: 1000 * time.Second} // 1 a second
+	steps := []struct {
+		name      string
+		advance   time.Duration
+		charge    int // 0: Allow
+		want      bool
+		wantRetry time.Duration // of a refused Allow
+	}{
+		{"600 of 1000", 0, 600, true, 0},
+		{"an event of 1 on top", 0, 0, true, 0},
+		{"399 left, 399 taken", 0, 399, true, 0},
+		{"nothing left", 0, 0, false, time.Second},
+		{"a second later, 1", time.Second, 0, true, 0},
+		{"500 with nothing left is taken anyway", 0, 500, false, 0},
+		{"so the bucket owes 500", 0, 0, false, 501 * time.Second},
+		{"and still owes 1 a little later", 499 * time.Second, 0, false, 2 * time.Second},
+		{"until it has refilled", 2 * time.Second, 0, true, 0},
+		{"a weight over the burst counts as the burst", 2000 * time.Second, 5000, true, 0},
+		{"and empties the bucket", 0, 0, false, time.Second},
+		{"no weight fits", 0, -1, true, 0},
+	}
+	for _, st := range steps {
+		c.Advance(st.advance)
+		var got bool
+		var retry time.Duration
+		var err error
+		if st.charge == 0 {
+			got, retry, err = s.Allow(ctx, "k", l)
+		} else {
+			got, err = s.Charge(ctx, "k", l, max(st.charge, 0))
+		}
+		if err != nil || got != st.want || retry != st.wantRetry {
+			t.Fatalf("%s: %v, retry %v, %v; want %v, retry %v", st.name, got, retry, err, st.want, st.wantRetry)
+		}
+	}
+	if fits, err := s.Charge(ctx, "other", store.Limit{}, 10); !fits || err != nil {
+		t.Fatalf("Charge without a limit = %v, %v; want true", fits, err)
+	}
+	_ = s.Close()
+	if _, err := s.Charge(ctx, "k", l, 1); !errors.Is(err, store.ErrClosed) {
+		t.Fatalf("Charge after Close: %v, want store.ErrClosed", err)
+	}
+}
+
 func BenchmarkRedeemParallel(b *testing.B) {
 	// Each goroutine takes the IDs in blocks (below): a goroutine may
 	// take a last block it does not use up, so there are tokens for one

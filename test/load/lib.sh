@@ -20,8 +20,8 @@ die() { printf '%s: FAIL: %s\n' "${SCRIPT##*/}" "$*" >&2; exit 1; }
 # autogroup niceness is NICE, and exits with its status; inside that
 # session it sets the niceness and returns. NICE=0 turns it off.
 load_session() {
-	if [[ "$NICE" != 0 && -z "${REPLAYGUARD_LOAD_SESSION:-}" ]] && command -v setsid >/dev/null 2>&1; then
-		REPLAYGUARD_LOAD_SESSION=1 setsid -w bash "$SCRIPT" "$@" &
+	if [[ "$NICE" != 0 && -z "${REPLAYGUARD_TEST_LOAD_SESSION:-}" ]] && command -v setsid >/dev/null 2>&1; then
+		REPLAYGUARD_TEST_LOAD_SESSION=1 setsid -w bash "$SCRIPT" "$@" &
 		local inner=$! rc=0
 		trap 'kill -TERM "$inner" 2>/dev/null' INT TERM
 		wait "$inner" || rc=$?
@@ -29,7 +29,7 @@ load_session() {
 		while kill -0 "$inner" 2>/dev/null; do wait "$inner" || rc=$?; done
 		exit "$rc"
 	fi
-	if [[ -n "${REPLAYGUARD_LOAD_SESSION:-}" ]]; then
+	if [[ -n "${REPLAYGUARD_TEST_LOAD_SESSION:-}" ]]; then
 		if ! echo "$NICE" 2>/dev/null >/proc/self/autogroup; then
 			echo "${SCRIPT##*/}: cannot set this session's autogroup niceness to $NICE" >&2
 		fi
