@@ -535,18 +535,15 @@ func (g *Gateway) policy(rt Route) (http.Handler, error) {
 			return nil, errors.New("policy " + rt.Policy + " needs an idempotency.Keeper (WithKeeper)")
 		}
 		keeper := g.routeKeeper(rt)
-		opts := append(common,
+		opts := append(common, g.keyOptions(rt)...)
+		opts = append(opts,
 			guard.WithKeyRequired(rt.Required),
-			guard.WithScope(g.scope),
 			guard.UnsafeFailOpen(rt.FailOpen),
 			guard.WithMaxBody(int64(keeper.MaxBody())))
 		for _, q := range []guard.Option{g.quota, g.netQuota, g.netBytes} {
 			if q != nil {
 				opts = append(opts, q)
 			}
-		}
-		if m := patternMethod(rt.Match); m != "" {
-			opts = append(opts, guard.WithMethods(m))
 		}
 		if rt.Policy == PolicyFingerprint {
 			window := rt.Window
@@ -580,6 +577,52 @@ func (g *Gateway) policy(rt Route) (http.Handler, error) {
 		})), nil
 	}
 	return nil, fmt.Errorf("unknown policy %q", rt.Policy)
+}
+
+// keyOptions are the options of an idempotency route's middleware that
+// decide its record keys: the scope, and the methods it records.
+func (g *Gateway) keyOptions(rt Route) []guard.Option {
+	opts := []guard.Option{guard.WithScope(g.scope)}
+	if m := patternMethod(rt.Match); m != "" {
+		opts = append(opts, guard.WithMethods(m))
+	}
+	return opts
+}
+
+// RecordKey returns the store key of the idempotency record the gateway
+// opens (or finds) for r, a request as a client would send it: routed as
+// ServeHTTP routes it, to a PolicyIdempotencyKey or PolicyFingerprint
+// route, and keyed as that route's middleware keys it (guard.RecordKey:
+// its Idempotency-Key, the caller's scope from r's headers or client IP,
+// the method and the route). r is never sent anywhere and its body is not
+// read. The client IP is the one WithClientIP finds for r (by default the
+// host of r.RemoteAddr, or one set with the IP a router found). With the
+// key, idempotency.Keeper.Lookup shows the record and Release ends it.
+// Errors wrap problem.ErrBadRequest when no such route records r (or r's
+// spelling is one ServeHTTP refuses or redirects), else they are
+// guard.RecordKey's.
+func (g *Gateway) RecordKey(r *http.Request) (string, error) {
+	if err := checkTarget(r, g.hostRoutes); err != nil {
+		return "", err
+	}
+	r = r.WithContext(r.Context()) // ServeHTTP's changes, on a copy
+	r.Header = r.Header.Clone()
+	StripVerifiedHeaders(r.Header)
+	r.Method = strings.ToUpper(r.Method)
+	rt, pattern, redirect, err := g.match(r)
+	switch {
+	case err != nil:
+		return "", err
+	case redirect != nil:
+		return "", fmt.Errorf("%w: %s %s is redirected to its routed spelling: look up the routed path", problem.ErrBadRequest, r.Method, r.URL.Path)
+	case rt == nil:
+		return "", fmt.Errorf("%w: no route matches %s %s: the gateway keeps no record of it", problem.ErrBadRequest, r.Method, r.URL.Path)
+	case rt.Policy != PolicyIdempotencyKey && rt.Policy != PolicyFingerprint:
+		return "", fmt.Errorf("%w: route %q has policy %s, which keeps no record by Idempotency-Key (a token's record is found by its token, a webhook delivery's by the record ID its log line carries)", problem.ErrBadRequest, pattern, rt.Policy)
+	}
+	r2 := request.WithClientIP(r, g.clientIP(r))
+	r2.Pattern = pattern
+	return guard.RecordKey(r2, g.keyOptions(rt.Route)...)
 }
 
 // webhookPolicy builds the handler chain of PolicyWebhook route rt,

@@ -365,16 +365,7 @@ func (s *settings) idempotent(w http.ResponseWriter, r *http.Request, keys recor
 	if kind == "fingerprint" {
 		key = fp
 	}
-	scope := ""
-	if s.scope != nil {
-		scope = s.scope(r)
-	}
-	if scope == "" {
-		scope = defaultScope(r)
-	}
-	if scope == "" {
-		scope = "ip:" + request.ClientIP(r)
-	}
+	scope := s.scopeOf(r)
 	policy := metrics.PolicyIdempotencyKey
 	if kind == "fingerprint" {
 		policy = metrics.PolicyFingerprint
@@ -479,6 +470,51 @@ func quota(r *http.Request, lim store.Limiter, n int, period time.Duration, key,
 		return problem.RetryAfter(fmt.Errorf("%w: %s (%d per %v); retry after Retry-After seconds", problem.ErrRateLimited, what, n, period), retry)
 	}
 	return nil
+}
+
+// scopeOf is the caller r comes from (see WithScope): the scope
+// function's answer, else its credentials, else its client IP.
+func (s *settings) scopeOf(r *http.Request) string {
+	scope := ""
+	if s.scope != nil {
+		scope = s.scope(r)
+	}
+	if scope == "" {
+		scope = defaultScope(r)
+	}
+	if scope == "" {
+		scope = "ip:" + request.ClientIP(r)
+	}
+	return scope
+}
+
+// RecordKey returns the store key of the record Idempotent, with the same
+// opts, opens for r by its Idempotency-Key: the key, the caller's scope
+// (WithScope), the method and the route (r.Pattern, else the path), as
+// Idempotent hashes them; only WithScope and WithMethods matter here.
+// With it an operator finds the record of a request that reached the
+// middleware (idempotency.Keeper.Lookup, Release). r's body is not read:
+// a keyless request's fingerprint record is found by its record ID (see
+// idempotency.RecordID), which the request's log line carries. Errors:
+// idempotency.ErrKeyMissing or ErrInvalidKey for r's Idempotency-Key, and
+// problem.ErrBadRequest for a method Idempotent lets through unrecorded.
+func RecordKey(r *http.Request, opts ...Option) (string, error) {
+	s := newSettings(opts)
+	if !s.methods[r.Method] {
+		return "", fmt.Errorf("%w: Idempotent keeps no record of %s requests", problem.ErrBadRequest, r.Method)
+	}
+	values := r.Header.Values(idempotency.KeyHeader)
+	switch {
+	case len(values) == 0:
+		return "", fmt.Errorf("%w: the request has no %s", idempotency.ErrKeyMissing, idempotency.KeyHeader)
+	case len(values) > 1:
+		return "", fmt.Errorf("%w: one %s header, not %d", idempotency.ErrInvalidKey, idempotency.KeyHeader, len(values))
+	}
+	key, err := idempotency.ParseKey(values[0])
+	if err != nil {
+		return "", err
+	}
+	return recordKey("key", s.scopeOf(r), r.Method, route(r), key), nil
 }
 
 // recordKey is the store key of a request's record: a hash of the kind

@@ -68,9 +68,11 @@ func (k keeperRecords) Start(r *http.Request, key, fingerprint string) (Run, ide
 	return keeperRun{run, r}, stored, err
 }
 
-// start opens the record of key in rec for r (Records.Start) and counts
-// what a duplicate found there.
+// start opens the record of key in rec for r (Records.Start), names it
+// for r's log line (problem.SetRecordKey) and counts what a duplicate
+// found there.
 func (s *settings) start(rec Records, policy string, r *http.Request, key, fingerprint string) (Run, idempotency.Outcome, error) {
+	problem.SetRecordKey(r.Context(), key) // for the request's log line
 	run, stored, err := rec.Start(r, key, fingerprint)
 	s.countDuplicate(policy, run == nil && err == nil, err)
 	return run, stored, err

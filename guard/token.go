@@ -13,6 +13,7 @@ import (
 	"github.com/replayguard/replayguard/internal/request"
 	"github.com/replayguard/replayguard/metrics"
 	"github.com/replayguard/replayguard/problem"
+	"github.com/replayguard/replayguard/store"
 	"github.com/replayguard/replayguard/token"
 )
 
@@ -99,6 +100,9 @@ func (s *settings) redeem(w http.ResponseWriter, r *http.Request, tokens *token.
 		return
 	}
 	red, err := s.records.RedeemToken(r.Context(), tokens, tok, purpose, subject, idempotency.Record)
+	if red.Claims.ID != "" { // the token's record was opened or found
+		problem.SetRecordKey(r.Context(), store.TokenRecordKey(red.Claims.ID))
+	}
 	s.countDuplicate(metrics.PolicyToken, err == nil && red.Replayed, err)
 	switch {
 	case err != nil:

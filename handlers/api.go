@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
-	"crypto/subtle"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
@@ -48,6 +47,8 @@ type API struct {
 	limiter  store.Limiter
 	rate     store.Limit
 	apiKeys  [][sha256.Size]byte
+	admin    [][sha256.Size]byte                 // WithAdminKeys
+	keyOf    func(*http.Request) (string, error) // WithRecordKeys
 	origins  map[string]bool
 	metrics  *metrics.Metrics
 	log      *slog.Logger
@@ -64,7 +65,7 @@ type API struct {
 type Option func(*API)
 
 // WithAPIKeys requires Authorization: Bearer <key> on redeem, complete,
-// release, forward-auth and verify, with one of keys, and lets those
+// release, renew, forward-auth and verify, with one of keys, and lets those
 // callers issue subject-bound tokens. Keys are compared in constant time.
 // Defaults to none: those endpoints are open and subjects cannot be
 // requested.
@@ -129,16 +130,17 @@ func WithVerifier(v *replay.Verifier) Option { return func(a *API) { a.verifier 
 // execution through the API, as guard.WithRecords does in Go: POST
 // /v1/tokens/redeem with "record": true opens a processing record under
 // the token's ID (leased for k's lock TTL, not renewed), POST
-// /v1/tokens/complete stores the backend's response in it and POST
-// /v1/tokens/release gives the token back for a retry. Every redeem of a
+// /v1/tokens/complete stores the backend's response in it, POST
+// /v1/tokens/release gives the token back for a retry and POST
+// /v1/tokens/renew extends the lease for slow work. Every redeem of a
 // token that has a record, with or without "record", answers from it:
 // the stored response ("status": "replayed"), or 409 request_in_progress
 // while it is processing, even after the token's exp. k's retention and
 // body cap apply, and k must keep its records in the store the API's
 // token.Service uses: a token's record lives beside the token. Like redeem,
-// complete and release require Authorization: Bearer <key> when
+// complete, release and renew require Authorization: Bearer <key> when
 // WithAPIKeys is set. Defaults to nil: "record": true is 400
-// invalid_request and the two routes answer 404 not_found.
+// invalid_request and the three routes answer 404 not_found.
 func WithRecords(k *idempotency.Keeper) Option { return func(a *API) { a.keeper = k } }
 
 // WithTrustedProxies sets the IPs or CIDRs whose X-Forwarded-For and
@@ -191,10 +193,11 @@ func Mount(r gin.IRoutes, tokens *token.Service, opts ...Option) *API {
 }
 
 // Register adds POST /v1/tokens, POST /v1/tokens/redeem, the CORS
-// preflight for the former, POST /v1/tokens/complete and
-// /v1/tokens/release (404 without WithRecords), the forward-auth
+// preflight for the former, POST /v1/tokens/complete, /v1/tokens/release
+// and /v1/tokens/renew (404 without WithRecords), the forward-auth
 // endpoint ForwardAuthPath, POST /v1/signatures/verify (404 without
-// WithVerifier), and the browser SDK (GET and HEAD of sdk.Paths:
+// WithVerifier), the operators' endpoints under /v1/admin/ (404 without
+// WithAdminKeys), and the browser SDK (GET and HEAD of sdk.Paths:
 // /sdk/replayguard.js, .mjs, .src.js, .min.js.map and .js.sri) to r.
 func (a *API) Register(r gin.IRoutes) {
 	r.POST("/v1/tokens", a.cors, a.handle(a.issue, a.countIssue))
@@ -202,10 +205,12 @@ func (a *API) Register(r gin.IRoutes) {
 	r.POST("/v1/tokens/redeem", a.handle(a.redeem, a.metrics.Redemption))
 	r.POST("/v1/tokens/complete", a.handle(a.finish(a.complete), func(o string) { a.metrics.TokenRecord("complete", o) }))
 	r.POST("/v1/tokens/release", a.handle(a.finish(a.release), func(o string) { a.metrics.TokenRecord("release", o) }))
+	r.POST("/v1/tokens/renew", a.handle(a.finish(a.renew), func(o string) { a.metrics.TokenRecord("renew", o) }))
 	for _, m := range forwardAuthMethods {
 		r.Handle(m, ForwardAuthPath, a.forwardAuth)
 	}
 	r.POST("/v1/signatures/verify", a.handle(a.verifySignature, a.metrics.SignatureVerification))
+	a.registerAdmin(r)
 	files := gin.WrapH(sdk.Handler())
 	for _, p := range sdk.Paths() {
 		r.GET(p, files)
@@ -450,6 +455,10 @@ func (a *API) redeem(c *gin.Context) (string, error) {
 		mode = idempotency.Detached
 	}
 	red, err := a.keeper.RedeemToken(c.Request.Context(), a.tokens, tok, body.Purpose, body.Subject, mode)
+	if red.Claims.ID != "" && (red.Replayed || red.Run != nil || err != nil) {
+		// The token's record was opened or found: the log line names it.
+		problem.SetRecordKey(c.Request.Context(), store.TokenRecordKey(red.Claims.ID))
+	}
 	if err != nil {
 		return "", err
 	}
@@ -479,19 +488,20 @@ func responseOf(out idempotency.Outcome) *recordedResponse {
 	return r
 }
 
-// finishBody is the body of POST /v1/tokens/complete and /release.
+// finishBody is the body of POST /v1/tokens/complete, /release and
+// /renew.
 type finishBody struct {
 	Token    string            `json:"token"`
 	Lease    string            `json:"lease"`
 	Response *recordedResponse `json:"response"` // complete only
 }
 
-// finish is the part complete and release share: the records, the API
-// key, the body, the token (from the Idempotency-Token header, else the
-// body; its exp may have passed, since the request it started may have
-// outlived it) and its run, then end, and 204. A body over the cap still
-// completes the record, without it: it reads up to twice the cap in
-// base64 beside the rest of the request.
+// finish is the part complete, release and renew share: the records,
+// the API key, the body, the token (from the Idempotency-Token header,
+// else the body; its exp may have passed, since the request it started
+// may have outlived it) and its run, then end, and 204 unless end
+// answered. A body over the cap still completes the record, without it:
+// it reads up to twice the cap in base64 beside the rest of the request.
 func (a *API) finish(end func(c *gin.Context, run *idempotency.Run, body finishBody) (string, error)) endpoint {
 	return func(c *gin.Context) (string, error) {
 		if a.keeper == nil {
@@ -515,11 +525,14 @@ func (a *API) finish(end func(c *gin.Context, run *idempotency.Run, body finishB
 		if err != nil {
 			return "", err
 		}
+		problem.SetRecordKey(c.Request.Context(), run.Key())
 		outcome, err := end(c, run, body)
 		if err != nil {
 			return "", err
 		}
-		c.Status(http.StatusNoContent)
+		if !c.Writer.Written() {
+			c.Status(http.StatusNoContent)
+		}
 		return outcome, nil
 	}
 }
@@ -538,6 +551,38 @@ func (a *API) complete(c *gin.Context, run *idempotency.Run, body finishBody) (s
 // record, so that the token can be redeemed again.
 func (a *API) release(c *gin.Context, run *idempotency.Run, _ finishBody) (string, error) {
 	return "released", run.Release(c.Request.Context())
+}
+
+// renew ends POST /v1/tokens/renew: it extends the lease of the token's
+// processing record that the body's lease names to the lock TTL from
+// now, for a backend whose work takes longer than the lease, and answers
+// when the lease now ends.
+func (a *API) renew(c *gin.Context, run *idempotency.Run, body finishBody) (string, error) {
+	if body.Lease == "" {
+		return "", fmt.Errorf("%w: no lease: send the \"lease\" the redemption answered; only the execution that holds the record renews it", problem.ErrBadRequest)
+	}
+	expires, err := run.Renew(c.Request.Context())
+	if err != nil {
+		return "", err
+	}
+	noStore(c)
+	writeJSON(c, http.StatusOK, renewResponse{LeaseExpiresAt: expires.UTC().Truncate(time.Second).Format(time.RFC3339)}.appendJSON)
+	return "renewed", nil
+}
+
+// renewResponse is the answer of POST /v1/tokens/renew.
+type renewResponse struct {
+	// LeaseExpiresAt is when the renewed lease ends, RFC 3339 UTC, never
+	// later than the store's own end of it.
+	LeaseExpiresAt string `json:"lease_expires_at"`
+}
+
+// appendJSON appends r as json.Marshal writes it (see issueResponse's),
+// with "status" first.
+func (r renewResponse) appendJSON(b []byte) []byte {
+	b = append(b, `{"status":"renewed","lease_expires_at":`...)
+	b = jsonw.Quoted(b, r.LeaseExpiresAt)
+	return append(b, '}')
 }
 
 // outcomeOf checks a response a backend sent to /complete and returns it
@@ -587,20 +632,8 @@ func (a *API) allowed(r *http.Request) bool { return len(a.apiKeys) == 0 || a.au
 // authorized reports whether r carries one of the API keys, comparing
 // fixed-size digests in constant time.
 func (a *API) authorized(r *http.Request) bool {
-	if len(a.apiKeys) == 0 {
-		return false
-	}
-	h := r.Header.Get("Authorization")
-	scheme, key, ok := strings.Cut(h, " ")
-	if !ok || !strings.EqualFold(scheme, "Bearer") || key == "" {
-		return false
-	}
-	sum := sha256.Sum256([]byte(strings.TrimSpace(key)))
-	found := 0
-	for i := range a.apiKeys {
-		found |= subtle.ConstantTimeCompare(sum[:], a.apiKeys[i][:])
-	}
-	return found == 1
+	_, ok := keyIndex(r, a.apiKeys)
+	return ok
 }
 
 // readJSON decodes an optional JSON object body of at most limit bytes

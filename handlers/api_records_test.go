@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -469,6 +470,7 @@ func TestAPIWithoutRecords(t *testing.T) {
 		{"record: true is refused", "/v1/tokens/redeem", map[string]any{"token": is.Token, "purpose": "checkout", "record": true}, 400, "invalid_request"},
 		{"complete is not served", "/v1/tokens/complete", map[string]any{"token": is.Token, "response": map[string]any{"status": 200}}, 404, "not_found"},
 		{"release is not served", "/v1/tokens/release", map[string]any{"token": is.Token}, 404, "not_found"},
+		{"renew is not served", "/v1/tokens/renew", map[string]any{"token": is.Token, "lease": strings.Repeat("0", 32)}, 404, "not_found"},
 		{"the token was not touched", "/v1/tokens/redeem", map[string]any{"token": is.Token, "purpose": "checkout"}, 200, ""},
 		{"a plain redeem is used up as before", "/v1/tokens/redeem", map[string]any{"token": is.Token, "purpose": "checkout", "record": false}, 409, "token_used"},
 	}
@@ -487,9 +489,15 @@ func TestAPITokenRecordsMetrics(t *testing.T) {
 	e.post("/v1/tokens/redeem", map[string]any{"token": is.Token, "purpose": "checkout"}, false)
 	e.post("/v1/tokens/release", map[string]any{"token": is.Token}, false)
 	e.post("/v1/tokens/release", map[string]any{"token": is.Token}, false)
-	e.post("/v1/tokens/redeem", map[string]any{"token": is.Token, "purpose": "checkout", "record": true}, false)
+	opened := e.post("/v1/tokens/redeem", map[string]any{"token": is.Token, "purpose": "checkout", "record": true}, false)
+	var lease struct{ Lease string }
+	if err := json.Unmarshal(opened.raw, &lease); err != nil {
+		t.Fatal(err)
+	}
+	e.post("/v1/tokens/renew", map[string]any{"token": is.Token, "lease": lease.Lease}, false)
 	e.post("/v1/tokens/complete", map[string]any{"token": is.Token, "response": map[string]any{"status": 204}}, false)
 	e.post("/v1/tokens/redeem", map[string]any{"token": is.Token, "purpose": "checkout"}, false)
+	e.post("/v1/tokens/renew", map[string]any{"token": is.Token, "lease": lease.Lease}, false)
 	families, err := e.m.Registry.Gather()
 	if err != nil {
 		t.Fatal(err)
@@ -510,6 +518,7 @@ func TestAPITokenRecordsMetrics(t *testing.T) {
 	want := map[string]float64{
 		"redeemed": 2, "request_in_progress": 1, "replayed": 1,
 		"release/released": 1, "release/record_not_processing": 1, "complete/completed": 1,
+		"renew/renewed": 1, "renew/record_not_processing": 1,
 	}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("counts = %v\nwant     %v", got, want)
@@ -562,5 +571,169 @@ func TestAPITokenRecordsLease(t *testing.T) {
 				t.Fatalf("after completion: %d %s", got.status, got.raw)
 			}
 		})
+	}
+}
+
+// TestAPITokenRecordsRenew: a backend whose work outlives the lock TTL
+// keeps its record with POST /v1/tokens/renew and the lease it was
+// given, so that a duplicate is not run meanwhile; renew answers when the
+// lease now ends, and refuses what does not hold the record.
+func TestAPITokenRecordsRenew(t *testing.T) {
+	const ttl = 20 * time.Second // and a grace of as much
+	page := map[string]any{"status": 303, "headers": map[string]string{"Location": "/orders/7"}, "body": ""}
+	type step struct {
+		name    string
+		path    string // redeem (with "record": true), plainRedeem, renew or complete
+		lease   string // "first", "second", "none", "malformed" or "unknown": which lease the call sends
+		tok     string // "a" (the default) or "forged"
+		noAuth  bool
+		advance time.Duration // before the call
+		status  int
+		code    string
+		json    string
+	}
+	tests := []struct {
+		name  string
+		steps []step
+	}{
+		{"renewals keep the record past its first lease and grace, and the backend completes", []step{
+			{name: "open", path: "redeem", status: 200, json: "redeemed"},
+			{name: "renew inside the lease", path: "renew", lease: "first", advance: 15 * time.Second, status: 200, json: "renewed"},
+			{name: "past the first lease and grace a duplicate is still in progress", path: "plainRedeem", advance: 30 * time.Second, status: 409, code: "request_in_progress"},
+			{name: "renew again", path: "renew", lease: "first", status: 200, json: "renewed"},
+			{name: "complete", path: "complete", lease: "first", advance: 35 * time.Second, status: 204},
+			{name: "a duplicate gets the response", path: "plainRedeem", status: 200, json: "replayed"},
+			{name: "renew after completion", path: "renew", lease: "first", status: 409, code: "record_not_processing"},
+		}},
+		{"without renewals the lease and grace end and a retry redeems", []step{
+			{name: "open", path: "redeem", status: 200, json: "redeemed"},
+			{name: "renew after the lease and grace", path: "renew", lease: "first", advance: 41 * time.Second, status: 409, code: "record_not_processing"},
+			{name: "a retry opens a new record", path: "redeem", status: 200, json: "redeemed"},
+			{name: "the first backend's lease renews nothing", path: "renew", lease: "first", status: 409, code: "record_not_processing"},
+			{name: "the second backend's does", path: "renew", lease: "second", status: 200, json: "renewed"},
+		}},
+		{"renew refuses what does not name a record it may renew", []step{
+			{name: "a token never redeemed", path: "renew", lease: "unknown", status: 409, code: "record_not_processing"},
+			{name: "open", path: "redeem", status: 200, json: "redeemed"},
+			{name: "no lease", path: "renew", lease: "none", status: 400, code: "invalid_request"},
+			{name: "a malformed lease", path: "renew", lease: "malformed", status: 400, code: "invalid_request"},
+			{name: "another lease", path: "renew", lease: "unknown", status: 409, code: "record_not_processing"},
+			{name: "a forged token", path: "renew", lease: "first", tok: "forged", status: 401, code: "token_invalid"},
+			{name: "without the API key", path: "renew", lease: "first", noAuth: true, status: 401, code: "unauthorized"},
+			{name: "the record is still processing", path: "plainRedeem", status: 409, code: "request_in_progress"},
+			{name: "and renews with its lease", path: "renew", lease: "first", status: 200, json: "renewed"},
+		}},
+	}
+	for _, sc := range apiStores {
+		for _, tc := range tests {
+			t.Run(sc.name+"/"+tc.name, func(t *testing.T) {
+				e := newAPIEnv(t, sc.open, []idempotency.Option{idempotency.WithLockTTL(ttl)})
+				is := e.issue("checkout", time.Hour)
+				leases := map[string]string{"none": "", "malformed": "abc", "unknown": strings.Repeat("0", 32)}
+				for _, s := range tc.steps {
+					e.advance(s.advance)
+					tok := is.Token
+					if s.tok == "forged" {
+						tok = "a.b.c"
+					}
+					body := map[string]any{"token": tok}
+					path := s.path
+					switch s.path {
+					case "redeem", "plainRedeem":
+						path = "redeem"
+						body["purpose"], body["record"] = "checkout", s.path == "redeem"
+					case "complete":
+						body["response"] = page
+					}
+					if s.lease != "" {
+						body["lease"] = leases[s.lease]
+					}
+					before := e.now()
+					got := e.post("/v1/tokens/"+path, body, s.noAuth)
+					if got.status != s.status || got.code != s.code || got.jsonStatus != s.json {
+						t.Fatalf("%s: got %d %q %q %s; want %d %q %q", s.name, got.status, got.code, got.jsonStatus, got.raw, s.status, s.code, s.json)
+					}
+					var a struct {
+						Lease          string    `json:"lease"`
+						LeaseExpiresAt time.Time `json:"lease_expires_at"`
+					}
+					if got.status == 200 && json.Unmarshal(got.raw, &a) != nil {
+						t.Fatalf("%s: answer %s", s.name, got.raw)
+					}
+					switch {
+					case s.path == "redeem" && leases["first"] == "":
+						leases["first"] = a.Lease
+					case s.path == "redeem":
+						leases["second"] = a.Lease
+					case s.path == "renew" && got.status == 200:
+						// Whole seconds, never past the store's end of the lease.
+						if lo, hi := before.Add(ttl-time.Second), e.now().Add(ttl); a.LeaseExpiresAt.Before(lo) || a.LeaseExpiresAt.After(hi) {
+							t.Fatalf("%s: lease_expires_at = %v, want within [%v, %v]", s.name, a.LeaseExpiresAt, lo, hi)
+						}
+						if want := fmt.Sprintf(`{"status":"renewed","lease_expires_at":%q}`, a.LeaseExpiresAt.Format(time.RFC3339)); string(got.raw) != want {
+							t.Fatalf("%s: answer %s, want %s", s.name, got.raw, want)
+						}
+						if got.header.Get("Cache-Control") != "no-store" {
+							t.Fatalf("%s: Cache-Control %q", s.name, got.header.Get("Cache-Control"))
+						}
+					}
+				}
+			})
+		}
+	}
+}
+
+// failingRecords is a store whose record operations (Renew, Lookup,
+// Release) fail, as a store that cannot confirm them does, while down.
+type failingRecords struct {
+	store.Store
+	down *atomic.Bool
+}
+
+var errRecordsDown = store.Unavailable("records", errors.New("dial tcp 10.0.0.7:6379: connection refused"))
+
+func (f failingRecords) Renew(ctx context.Context, key, owner string, lease time.Duration) (bool, error) {
+	if f.down.Load() {
+		return false, errRecordsDown
+	}
+	return f.Store.Renew(ctx, key, owner, lease)
+}
+
+func (f failingRecords) Lookup(ctx context.Context, key string) (store.Record, bool, error) {
+	if f.down.Load() {
+		return store.Record{}, false, errRecordsDown
+	}
+	return f.Store.Lookup(ctx, key)
+}
+
+func (f failingRecords) Release(ctx context.Context, key, owner string) (bool, error) {
+	if f.down.Load() {
+		return false, errRecordsDown
+	}
+	return f.Store.Release(ctx, key, owner)
+}
+
+// TestAPITokenRecordsRenewFailsClosed: a renewal the store cannot
+// confirm is 503 store_unavailable, never a lease end the backend would
+// trust; once the store answers, the same lease renews.
+func TestAPITokenRecordsRenewFailsClosed(t *testing.T) {
+	down := new(atomic.Bool)
+	e := newAPIEnv(t, func(t *testing.T) (store.Store, func() time.Time, func(time.Duration)) {
+		st, now, advance := apiStores[0].open(t)
+		return failingRecords{st, down}, now, advance
+	}, nil)
+	is := e.issue("checkout", 0)
+	got := e.post("/v1/tokens/redeem", map[string]any{"token": is.Token, "purpose": "checkout", "record": true}, false)
+	var a struct{ Lease string }
+	if got.status != 200 || json.Unmarshal(got.raw, &a) != nil {
+		t.Fatalf("redeem: %d %s", got.status, got.raw)
+	}
+	down.Store(true)
+	if got := e.post("/v1/tokens/renew", map[string]any{"token": is.Token, "lease": a.Lease}, false); got.status != 503 || got.code != "store_unavailable" || strings.Contains(string(got.raw), "10.0.0.7") {
+		t.Fatalf("renew while the store is down: %d %s, want 503 store_unavailable without the store's address", got.status, got.raw)
+	}
+	down.Store(false)
+	if got := e.post("/v1/tokens/renew", map[string]any{"token": is.Token, "lease": a.Lease}, false); got.jsonStatus != "renewed" {
+		t.Fatalf("renew once the store is back: %d %s", got.status, got.raw)
 	}
 }

@@ -16,6 +16,9 @@
 //	                        200 {"status":"replayed",...,"response":{"status","headers","body"}}
 //	POST /v1/tokens/complete  with WithRecords: JSON {"token","lease","response":{"status","headers","body"}}; 204
 //	POST /v1/tokens/release   with WithRecords: JSON {"token","lease"}; 204, the token can be redeemed again
+//	POST /v1/tokens/renew     with WithRecords: JSON {"token","lease"}; 200 {"status":"renewed","lease_expires_at"}
+//	GET /v1/admin/records/{id}, POST /v1/admin/records/lookup, POST /v1/admin/records/{id}/release
+//	                        with WithAdminKeys: operators see an idempotency record and release a processing one
 //	GET|POST|… /v1/tokens/forward-auth  for nginx auth_request and Traefik ForwardAuth
 //	OPTIONS /v1/tokens      CORS preflight for the origins given to WithCORSOrigins
 //	POST /v1/signatures/verify  with WithVerifier: JSON {"method","url","headers","body"};

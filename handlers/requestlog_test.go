@@ -221,3 +221,62 @@ func BenchmarkRequestLog(b *testing.B) {
 		})
 	}
 }
+
+// TestRequestLogNamesTheRecord: the request line of a request that opened
+// or found a token's record carries its record_id, the ID an operator
+// looks it up by; other lines carry none. The server's handler (logjson)
+// and any other slog handler write the same field.
+func TestRequestLogNamesTheRecord(t *testing.T) {
+	for _, h := range []struct {
+		name string
+		new  func(io.Writer) slog.Handler
+	}{
+		{"logjson.Handler", func(w io.Writer) slog.Handler { return logjson.NewHandler(w, nil) }},
+		{"slog.JSONHandler", func(w io.Writer) slog.Handler { return slog.NewJSONHandler(w, nil) }},
+	} {
+		t.Run(h.name, func(t *testing.T) {
+			var logs testenv.LockedBuffer
+			e := newAPIEnv(t, apiStores[0].open, nil, handlers.WithAdminKeys(adminKeys...), handlers.WithLogger(slog.New(h.new(&logs))))
+			is := e.issue("checkout", 0)
+			plain := e.issue("checkout", 0)
+			id := "token:" + is.ID
+			var lease struct{ Lease string }
+			for _, s := range []struct {
+				name, path string
+				body       map[string]any
+				bearer     string // for the operators' endpoints
+				want       string // record_id, "" for none
+			}{
+				{"issue", "/v1/tokens", map[string]any{"purpose": "checkout"}, "", ""},
+				{"a plain redeem opens no record", "/v1/tokens/redeem", map[string]any{"token": plain.Token, "purpose": "checkout"}, "", ""},
+				{"a record redeem opens one", "/v1/tokens/redeem", map[string]any{"token": is.Token, "purpose": "checkout", "record": true}, "", id},
+				{"a duplicate finds it in progress", "/v1/tokens/redeem", map[string]any{"token": is.Token, "purpose": "checkout"}, "", id},
+				{"renew", "/v1/tokens/renew", map[string]any{"token": is.Token, "lease": &lease.Lease}, "", id},
+				{"complete", "/v1/tokens/complete", map[string]any{"token": is.Token, "response": map[string]any{"status": 201}}, "", id},
+				{"a duplicate gets the response", "/v1/tokens/redeem", map[string]any{"token": is.Token, "purpose": "checkout"}, "", id},
+				{"an operator looks it up", "/v1/admin/records/lookup", map[string]any{"token": is.Token}, adminKeys[0], id},
+				{"a refused operator names nothing", "/v1/admin/records/lookup", map[string]any{"token": is.Token}, "wrong", ""},
+			} {
+				before := len(logs.String())
+				var status int
+				if strings.HasPrefix(s.path, "/v1/admin/") {
+					status = e.admin("POST", s.path, s.bearer, s.body).status
+				} else {
+					got := e.post(s.path, s.body, false)
+					status = got.status
+					if s.body["record"] == true {
+						_ = json.Unmarshal(got.raw, &lease)
+					}
+				}
+				var line map[string]any
+				if err := json.Unmarshal([]byte(strings.TrimSpace(logs.String()[before:])), &line); err != nil {
+					t.Fatalf("%s (%d): log %q: %v", s.name, status, logs.String()[before:], err)
+				}
+				got, ok := line["record_id"]
+				if (s.want == "") == ok || (ok && got != s.want) {
+					t.Fatalf("%s (%d): record_id = %v (present %v), want %q", s.name, status, got, ok, s.want)
+				}
+			}
+		})
+	}
+}

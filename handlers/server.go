@@ -173,7 +173,9 @@ func countRequests(m *metrics.Metrics, c *gin.Context, route string, named *stri
 
 // logRequests writes a request's line, stamped end, with its duration d.
 // It logs the path without the query and never logs headers, so tokens
-// and API keys stay out of logs. When traced (WithTracerProvider) and the
+// and API keys stay out of logs. A request that opened or found an
+// idempotency record (problem.SetRecordKey, which guard and the token
+// API call) carries its record_id, which an operator looks up. When traced (WithTracerProvider) and the
 // request's context holds a valid span context, the line carries its
 // trace_id and span_id: the server span's, for joining logs and traces;
 // untraced, no span is looked for. The server's handler (logjson) takes
@@ -199,6 +201,7 @@ func logRequests(log *slog.Logger, c *gin.Context, end time.Time, d time.Duratio
 		DurationMS: float64(d.Microseconds()) / 1000,
 		ClientIP:   c.ClientIP(),
 		Bytes:      c.Writer.Size(),
+		RecordID:   problem.RecordID(ctx),
 	}
 	if traced {
 		if sc := trace.SpanContextFromContext(ctx); sc.IsValid() {

@@ -514,6 +514,10 @@ func (r *Run) Release(ctx context.Context) error {
 	return nil
 }
 
+// Key returns the store key of the run's record; RecordID(Key()) is the
+// ID its log lines and Keeper.Lookup show.
+func (r *Run) Key() string { return r.key }
+
 // Lease returns the lease of a Run that a Detached RedeemToken opened, to
 // give to the request that will end it with ResumeToken; "" for other
 // runs.

@@ -59,6 +59,10 @@ type Redemption struct {
 //     token.ErrPurposeMismatch, …), or the store's error (wrapping
 //     store.ErrUnavailable, or store.ErrFull): nothing was redeemed.
 //
+// With ErrInProgress and ErrNotStored, the Redemption still holds the
+// token's Claims, so that the caller can name the record it met
+// (store.TokenRecordKey of the claims' ID).
+//
 // The Keeper must keep its records in the store tokens uses: a token's
 // record lives beside the token. The Keeper's lease, retention and body
 // cap apply.
@@ -85,9 +89,9 @@ func (k *Keeper) RedeemToken(ctx context.Context, tokens *token.Service, tok, pu
 		out, err := found(rec)
 		switch {
 		case errors.Is(err, ErrInProgress):
-			return Redemption{}, fmt.Errorf("%w: the token's first request is still being processed; retry after Retry-After seconds to get its response", ErrInProgress)
+			return Redemption{Claims: c}, fmt.Errorf("%w: the token's first request is still being processed; retry after Retry-After seconds to get its response", ErrInProgress)
 		case errors.Is(err, ErrNotStored):
-			return Redemption{}, fmt.Errorf("%w: the token's request was processed, but its response was too large to store, so it cannot be repeated", ErrNotStored)
+			return Redemption{Claims: c}, fmt.Errorf("%w: the token's request was processed, but its response was too large to store, so it cannot be repeated", ErrNotStored)
 		case err != nil:
 			return Redemption{}, err
 		}

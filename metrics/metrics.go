@@ -51,7 +51,7 @@ func New() *Metrics {
 		}, []string{"outcome"}),
 		records: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "replayguard_token_records_total",
-			Help: "Calls that finish a token's record (POST /v1/tokens/complete and /release) by op and outcome (the problem code, or completed or released).",
+			Help: "Calls that finish or renew a token's record (POST /v1/tokens/complete, /release and /renew) by op and outcome (the problem code, or completed, released or renewed).",
 		}, []string{"op", "outcome"}),
 		signatures: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "replayguard_signature_verifications_total",
@@ -89,9 +89,9 @@ func (m *Metrics) Redemption(outcome string) {
 	}
 }
 
-// TokenRecord counts one call that finishes a token's record: op is
-// "complete" or "release", outcome "completed", "released" or the problem
-// code.
+// TokenRecord counts one call that finishes or renews a token's record:
+// op is "complete", "release" or "renew", outcome "completed", "released",
+// "renewed" or the problem code.
 func (m *Metrics) TokenRecord(op, outcome string) {
 	if m != nil {
 		m.records.WithLabelValues(op, outcome).Inc()

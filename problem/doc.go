@@ -7,7 +7,7 @@
 // written by Write; an application that renders its own error pages finds
 // the problem of an error with For. The table:
 //
-//	400 invalid_request          malformed body, purpose, subject or TTL; no token sent; an unparseable
+//	400 invalid_request          malformed body, purpose, subject, TTL or record ID; no token sent; an unparseable
 //	                             request; a gateway request spelled as servers read their own way; a
 //	                             verified webhook delivery without a usable ID (a Stripe body without a string id)
 //	400 invalid_idempotency_key  Idempotency-Key is not one sf-string of 1 to 255 characters
@@ -25,11 +25,12 @@
 //	403 subject_mismatch         bound to another subject (the token stays valid)
 //	403 cors_rejected            preflight from an origin that is not allowed
 //	404 not_found                no such route
+//	404 record_not_found         no live record has the ID or key an operator looked up
 //	405 method_not_allowed       the route exists for other methods
 //	409 token_used               already redeemed
 //	409 request_in_progress      the first request is still running; Retry-After says when to retry
 //	409 response_not_stored      the response was over the size cap, so it cannot be replayed
-//	409 record_not_processing    complete or release found no processing record of the token
+//	409 record_not_processing    renew, complete or release found no processing record (of the token, or by ID)
 //	413 payload_too_large        the body is over the route's limit
 //	422 idempotency_key_reused   the key was used for another request (method, route or body)
 //	429 rate_limited             over the per-IP issue rate; Retry-After says when to retry

@@ -43,6 +43,9 @@ var (
 	ErrRateLimited = errors.New("rate limited")
 	// ErrNotFound: no route matches the path.
 	ErrNotFound = errors.New("not found")
+	// ErrRecordNotFound: no live idempotency record has the ID or key an
+	// operator looked up.
+	ErrRecordNotFound = errors.New("record not found")
 	// ErrMethodNotAllowed: the route exists for other methods.
 	ErrMethodNotAllowed = errors.New("method not allowed")
 	// ErrCORSRejected: a CORS preflight from an origin that is not allowed.
@@ -102,6 +105,7 @@ var table = []spec{
 	{err: token.ErrBadRequest, status: 400, code: "invalid_request", title: "Invalid request", detail: "the request is malformed"},
 	{err: ErrBadRequest, status: 400, code: "invalid_request", title: "Invalid request", detail: "the request is malformed"},
 	{err: idempotency.ErrBadLease, status: 400, code: "invalid_request", title: "Invalid request", detail: "the request is malformed"},
+	{err: idempotency.ErrBadRecordID, status: 400, code: "invalid_request", title: "Invalid request", detail: "the record ID is malformed: it is one a request's log line shows, such as idem: and 64 hex digits"},
 	{err: webhook.ErrNoID, status: 400, code: "invalid_request", title: "Invalid request", detail: "the webhook delivery verified but carries no usable ID to run it once under"},
 	{err: idempotency.ErrKeyMissing, status: 400, code: "idempotency_key_missing", title: "Idempotency key missing", detail: "this route requires an Idempotency-Key header, such as Idempotency-Key: \"8e03978e-40d5-43e8-bc93-6894a57f9324\""},
 	{err: idempotency.ErrInvalidKey, status: 400, code: "invalid_idempotency_key", title: "Invalid idempotency key", detail: "the Idempotency-Key header must be one RFC 8941 sf-string of 1 to 255 characters, such as \"8e03978e-40d5-43e8-bc93-6894a57f9324\""},
@@ -117,11 +121,12 @@ var table = []spec{
 	{err: token.ErrSubjectMismatch, status: 403, code: "subject_mismatch", title: "Token bound to another subject", detail: "the token is bound to another subject; it stays valid for that one"},
 	{err: ErrCORSRejected, status: 403, code: "cors_rejected", title: "Origin not allowed", detail: "this origin, method or header is not allowed to issue tokens"},
 	{err: ErrNotFound, status: 404, code: "not_found", title: "Not found", detail: "no such route"},
+	{err: ErrRecordNotFound, status: 404, code: "record_not_found", title: "Record not found", detail: "no live record has this ID or key: it was never opened, or it was released or expired"},
 	{err: ErrMethodNotAllowed, status: 405, code: "method_not_allowed", title: "Method not allowed", detail: "the route exists for other methods"},
 	{err: token.ErrUsed, status: 409, code: "token_used", title: "Token already used", detail: "the token was already redeemed; fetch a new token for a new request"},
 	{err: idempotency.ErrInProgress, status: 409, code: "request_in_progress", title: "Request in progress", detail: "a request with this idempotency key is still being processed; retry after Retry-After seconds to get its response", retryAfter: time.Second},
 	{err: idempotency.ErrNotStored, status: 409, code: "response_not_stored", title: "Response not stored", detail: "the request with this idempotency key was processed, but its response was too large to store, so it cannot be repeated"},
-	{err: idempotency.ErrNotProcessing, status: 409, code: "record_not_processing", title: "No processing record", detail: "the token has no processing record to complete or release: it was not redeemed with \"record\": true, its record was completed or released already, or its lease ended"},
+	{err: idempotency.ErrNotProcessing, status: 409, code: "record_not_processing", title: "No processing record", detail: "the token has no processing record to renew, complete or release: it was not redeemed with \"record\": true, its record was completed or released already, or its lease ended"},
 	{err: idempotency.ErrFingerprintMismatch, status: 422, code: "idempotency_key_reused", title: "Idempotency key reused", detail: "this idempotency key was used for a different request (another method, route or body); use a new key for a new request"},
 	{err: ErrTooLarge, status: 413, code: "payload_too_large", title: "Payload too large", detail: "the body is over 64 KiB"},
 	{err: ErrRateLimited, status: 429, code: "rate_limited", title: "Too many requests", detail: "too many tokens for this client; retry after Retry-After seconds"},
@@ -288,15 +293,48 @@ var requestIDHeaderKey = http.CanonicalHeaderKey(RequestIDHeader)
 
 type requestIDKey struct{}
 
-// WithRequestID returns ctx carrying the request ID id.
+// requestInfo is what WithRequestID puts in a request's context: its ID,
+// and the key of the record it opened or found (SetRecordKey). One value
+// for both, so that a request that meets no record costs no more than
+// its ID.
+type requestInfo struct {
+	id        string
+	recordKey string
+}
+
+// WithRequestID returns ctx carrying the request ID id, and room for the
+// key of the record the request meets (SetRecordKey).
 func WithRequestID(ctx context.Context, id string) context.Context {
-	return context.WithValue(ctx, requestIDKey{}, id)
+	return context.WithValue(ctx, requestIDKey{}, &requestInfo{id: id})
 }
 
 // RequestID returns the ID of the request ctx belongs to, or "".
 func RequestID(ctx context.Context) string {
-	id, _ := ctx.Value(requestIDKey{}).(string)
-	return id
+	if ri, ok := ctx.Value(requestIDKey{}).(*requestInfo); ok {
+		return ri.id
+	}
+	return ""
+}
+
+// SetRecordKey notes key, the store key of the idempotency record the
+// request ctx belongs to opened or found (a keyed, fingerprint, webhook
+// or token record), for its log line (RecordID). It does nothing when no
+// middleware gave the request an ID (WithRequestID). Call it from the
+// request's own goroutine, before the handler that logs the request
+// returns.
+func SetRecordKey(ctx context.Context, key string) {
+	if ri, ok := ctx.Value(requestIDKey{}).(*requestInfo); ok {
+		ri.recordKey = key
+	}
+}
+
+// RecordID returns the printable ID (idempotency.RecordID) of the record
+// the request ctx belongs to met (SetRecordKey), or "" when it met none.
+func RecordID(ctx context.Context) string {
+	if ri, ok := ctx.Value(requestIDKey{}).(*requestInfo); ok && ri.recordKey != "" {
+		return idempotency.RecordID(ri.recordKey)
+	}
+	return ""
 }
 
 // ForwardAuth returns p with the status a forward-auth endpoint answers

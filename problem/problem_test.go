@@ -1,6 +1,7 @@
 package problem_test
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -207,5 +208,42 @@ func TestStoreFailuresReadTheSameOnEveryPath(t *testing.T) {
 		if p.Code != tc.code || p.Status != 503 || strings.Contains(strings.ToLower(p.Detail), "idempotency") || strings.Contains(strings.ToLower(p.Detail), "token") {
 			t.Errorf("For(%v) = %+v, want %s with a detail that names no kind of entry", tc.err, p, tc.code)
 		}
+	}
+}
+
+// TestOperatorProblems: the refusals of the operators' endpoints.
+func TestOperatorProblems(t *testing.T) {
+	for _, tc := range []struct {
+		err    error
+		status int
+		code   string
+	}{
+		{problem.ErrRecordNotFound, 404, "record_not_found"},
+		{idempotency.ErrBadRecordID, 400, "invalid_request"},
+		{idempotency.ErrNotProcessing, 409, "record_not_processing"},
+	} {
+		for _, err := range []error{tc.err, fmt.Errorf("%w: detail", tc.err)} {
+			if p := problem.For(err); p.Status != tc.status || p.Code != tc.code || p.Detail == "" {
+				t.Errorf("For(%v) = %+v, want %d %s", err, p, tc.status, tc.code)
+			}
+		}
+	}
+}
+
+// TestRecordID: the key of the record a request met rides in the value
+// WithRequestID puts in its context, and comes back as the record's
+// printable ID; without WithRequestID, SetRecordKey does nothing.
+func TestRecordID(t *testing.T) {
+	problem.SetRecordKey(context.Background(), "idem:x") // no request ID: no panic
+	ctx := problem.WithRequestID(context.Background(), "req-1")
+	if id := problem.RecordID(ctx); id != "" {
+		t.Fatalf("RecordID before any record = %q", id)
+	}
+	problem.SetRecordKey(context.WithValue(ctx, struct{}{}, 1), store.TokenRecordKey("648159969924932521")) // a derived context
+	if id, rid := problem.RecordID(ctx), problem.RequestID(ctx); id != "token:648159969924932521" || rid != "req-1" {
+		t.Fatalf("RecordID = %q, RequestID = %q", id, rid)
+	}
+	if id := problem.RecordID(context.Background()); id != "" {
+		t.Fatalf("RecordID without a request ID = %q", id)
 	}
 }

@@ -43,6 +43,7 @@ type config struct {
 	LoopbackOnly bool
 	SigningKeys  []token.Key
 	APIKeys      []string
+	AdminKeys    []string
 	MachineID    *uint16
 	TokenTTL     time.Duration
 	TokenMaxTTL  time.Duration
@@ -191,6 +192,8 @@ var settings = []setting{
 		}},
 	{"REPLAYGUARD_API_KEYS", "api-keys", "", "comma-separated API keys; when set, redeem requires Authorization: Bearer <key>", true,
 		func(c *config, v string) error { c.APIKeys = splitList(v); return nil }},
+	{"REPLAYGUARD_ADMIN_KEYS", "admin-keys", "", "comma-separated admin keys; when set, operators look idempotency records up and release them under /v1/admin/ with Authorization: Bearer <key>", true,
+		func(c *config, v string) error { c.AdminKeys = splitList(v); return nil }},
 	{"REPLAYGUARD_MACHINE_ID", "machine-id", "", "sonyflake machine ID, 0-65535; empty: from the private IPv4 address", false,
 		func(c *config, v string) error {
 			if v == "" {
@@ -546,6 +549,11 @@ func loadConfig(args []string, getenv func(string) string) (*config, error) {
 	for i, rt := range c.Routes {
 		if rt.Policy == gateway.PolicySignature && c.ClientKeys == "" {
 			return nil, fmt.Errorf("REPLAYGUARD_ROUTES: routes[%d] (line %d) has policy signature, which needs REPLAYGUARD_CLIENT_KEYS", i, rt.Line)
+		}
+	}
+	for _, k := range c.AdminKeys {
+		if slices.Contains(c.APIKeys, k) {
+			return nil, errors.New("REPLAYGUARD_ADMIN_KEYS: a key is also in REPLAYGUARD_API_KEYS; give operators keys of their own, so that a backend's key cannot release records")
 		}
 	}
 	if c.ShutdownTimeout <= 0 {

@@ -74,6 +74,7 @@ func parseFlags(args []string) (*commandLine, error) {
 var flagTypes = map[string]string{
 	"REPLAYGUARD_SIGNING_KEYS":               "list",
 	"REPLAYGUARD_API_KEYS":                   "list",
+	"REPLAYGUARD_ADMIN_KEYS":                 "list",
 	"REPLAYGUARD_MACHINE_ID":                 "int",
 	"REPLAYGUARD_TOKEN_TTL":                  "duration",
 	"REPLAYGUARD_TOKEN_MAX_TTL":              "duration",

@@ -41,6 +41,9 @@ const gatewayRoutes = `routes:
     policy: signature
 `
 
+// gatewayAdminKey is the operators' key of the end-to-end test.
+const gatewayAdminKey = "ops-secret"
+
 // TestGatewayEndToEnd runs the server in gateway mode in front of a real
 // upstream process (test/upstream) that counts its executions, and sends
 // double submits and retries through it.
@@ -76,6 +79,7 @@ func TestGatewayEndToEnd(t *testing.T) {
 				"REPLAYGUARD_ROUTES="+routes,
 				"REPLAYGUARD_CLIENT_KEYS="+keys,
 				"REPLAYGUARD_IDEMPOTENCY_RETENTION=10m",
+				"REPLAYGUARD_ADMIN_KEYS="+gatewayAdminKey,
 			)...)
 			gatewayScenarios(t, gw, up, secret)
 		})
@@ -347,6 +351,50 @@ func gatewayScenarios(t *testing.T, gw string, up *upstreamProc, secret []byte) 
 			t.Errorf("Host shop.test:80:80 = %d %s, want 400 invalid_request", r.status, r.body)
 		}
 		up.wantCount(t, "refused-spellings", 0)
+	})
+
+	t.Run("admin: an operator finds a keyed request's record by the request, and releases a token's record by hand", func(t *testing.T) {
+		r := try(newReq(t, "POST", gw+"/orders", `{"item":"lamp"}`, "Idempotency-Key", `"order-admin"`, "Authorization", "Bearer shopper-7", "X-Test-Case", "orders-admin"))
+		if r.status != http.StatusCreated {
+			t.Fatalf("the keyed request = %d %s", r.status, r.body)
+		}
+		admin := func(path, body string) result {
+			return try(newReq(t, "POST", gw+path, body, "Authorization", "Bearer "+gatewayAdminKey, "Content-Type", "application/json"))
+		}
+		lookup := admin("/v1/admin/records/lookup", `{"method":"POST","path":"/orders","key":"order-admin","headers":{"Authorization":"Bearer shopper-7"},"client_ip":"127.0.0.1"}`)
+		var rec struct {
+			ID, State  string
+			Status     int
+			BodyStored bool `json:"body_stored"`
+		}
+		if lookup.status != http.StatusOK || json.Unmarshal([]byte(lookup.body), &rec) != nil || rec.State != "completed" || rec.Status != http.StatusCreated || !rec.BodyStored || !strings.HasPrefix(rec.ID, "idem:") {
+			t.Fatalf("lookup = %d %s, want the record completed with the app's 201", lookup.status, lookup.body)
+		}
+		if byID := try(newReq(t, "GET", gw+"/v1/admin/records/"+rec.ID, "", "Authorization", "Bearer "+gatewayAdminKey)); byID.status != http.StatusOK || byID.body != lookup.body {
+			t.Fatalf("by ID = %d %s, want %s", byID.status, byID.body, lookup.body)
+		}
+		if other := admin("/v1/admin/records/lookup", `{"method":"POST","path":"/orders","key":"order-admin","headers":{"Authorization":"Bearer shopper-8"}}`); other.status != http.StatusNotFound || other.code() != "record_not_found" {
+			t.Fatalf("another caller's lookup = %d %s, want 404 record_not_found", other.status, other.body)
+		}
+		if noKey := try(newReq(t, "POST", gw+"/v1/admin/records/lookup", `{"token":"x"}`)); noKey.status != http.StatusUnauthorized || noKey.code() != "unauthorized" {
+			t.Fatalf("without the admin key = %d %s", noKey.status, noKey.body)
+		}
+		// A backend's token record, processing, released by hand: the
+		// token redeems again.
+		tok, id := issueToken(t, gw, "checkout")
+		redeem := func() result {
+			return try(newReq(t, "POST", gw+"/v1/tokens/redeem", `{"purpose":"checkout","record":true}`, "Idempotency-Token", tok))
+		}
+		if r := redeem(); r.status != http.StatusOK {
+			t.Fatalf("redeem = %d %s", r.status, r.body)
+		}
+		if r := admin("/v1/admin/records/token:"+id+"/release", ""); r.status != http.StatusOK || strings.TrimSpace(r.body) != `{"released":true}` {
+			t.Fatalf("release = %d %s", r.status, r.body)
+		}
+		if r := redeem(); r.status != http.StatusOK || !strings.Contains(r.body, `"status":"redeemed"`) {
+			t.Fatalf("the retry after the release = %d %s, want redeemed", r.status, r.body)
+		}
+		up.wantCount(t, "orders-admin", 1)
 	})
 
 	t.Run("the upstream down: 502 upstream_unavailable", func(t *testing.T) {

@@ -203,12 +203,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, out io.
 		idempotency.WithRetention(cfg.IdempotencyRetention),
 		idempotency.WithMaxBody(cfg.IdempotencyMaxBody))
 	m.Completions(keeper.Pending, keeper.GivenUp)
-	opts = append(opts, handlers.WithRecords(keeper))
-	engine, err := handlers.New(svc, opts...).Engine()
-	if err != nil {
-		return fmt.Errorf("REPLAYGUARD_TRUSTED_PROXIES: %w", err)
-	}
+	opts = append(opts, handlers.WithRecords(keeper), handlers.WithAdminKeys(cfg.AdminKeys...))
 	var upstreamTimeout time.Duration // 0: not a gateway
+	var gw *gateway.Gateway
 	if cfg.Upstream != nil {
 		upstreamTimeout = gateway.DefaultTimeout
 		gopts := []gateway.Option{
@@ -239,15 +236,21 @@ func run(ctx context.Context, args []string, getenv func(string) string, out io.
 			return err
 		}
 		gopts = append(gopts, quotas...)
-		gw, err := gateway.New(cfg.Upstream, cfg.Routes, gopts...)
-		if err != nil {
+		if gw, err = gateway.New(cfg.Upstream, cfg.Routes, gopts...); err != nil {
 			return fmt.Errorf("REPLAYGUARD_ROUTES: %w", err)
 		}
-		engine.NoRoute(serveGateway(gw))
+		opts = append(opts, handlers.WithRecordKeys(gw.RecordKey)) // operators look records up by request
 		log.Info("gateway: proxying every other path to the upstream", "upstream", cfg.Upstream.String(), "routes", len(cfg.Routes), "routes_file", cfg.RoutesPath)
 		if len(cfg.Routes) == 0 {
 			log.Warn("gateway: no routes (REPLAYGUARD_ROUTES): every request passes through to the upstream without a policy")
 		}
+	}
+	engine, err := handlers.New(svc, opts...).Engine()
+	if err != nil {
+		return fmt.Errorf("REPLAYGUARD_TRUSTED_PROXIES: %w", err)
+	}
+	if gw != nil {
+		engine.NoRoute(serveGateway(gw))
 	}
 
 	ln, err := net.Listen("tcp", cfg.Addr)

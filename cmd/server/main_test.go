@@ -209,6 +209,7 @@ func TestBadConfigurationExitsNonZero(t *testing.T) {
 		{"PostgreSQL and Redis", "REPLAYGUARD_POSTGRES_URL=postgres://u:hunter2@10.0.0.1/db REPLAYGUARD_REDIS_URL=redis://10.0.0.1:6379", "REPLAYGUARD_POSTGRES_URL and REPLAYGUARD_REDIS_URL"},
 		{"malformed PostgreSQL URL", "REPLAYGUARD_POSTGRES_URL=postgres://u:hunter2@10.0.0.1:99999999/db", "REPLAYGUARD_POSTGRES_URL"},
 		{"unknown propagator, even with tracing off", "OTEL_PROPAGATORS=tracecontext,zipkin", "OTEL_PROPAGATORS"},
+		{"an admin key that is also an API key", "REPLAYGUARD_API_KEYS=backend,hunter2 REPLAYGUARD_ADMIN_KEYS=hunter2", "REPLAYGUARD_ADMIN_KEYS"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

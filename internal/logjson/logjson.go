@@ -133,8 +133,9 @@ func appendValue(b []byte, v slog.Value) []byte {
 }
 
 // Request is one request's log line: the record "request" with these
-// attributes, in this order, then "trace_id" and "span_id" when TraceID
-// is not zero, and "error" last when Err is not nil.
+// attributes, in this order, then "record_id" when RecordID is not empty,
+// "trace_id" and "span_id" when TraceID is not zero, and "error" last
+// when Err is not nil.
 type Request struct {
 	Time       time.Time
 	Level      slog.Level
@@ -145,6 +146,10 @@ type Request struct {
 	DurationMS float64
 	ClientIP   string
 	Bytes      int
+	// RecordID is the ID of the idempotency record the request opened or
+	// found (idempotency.RecordID), for an operator to look it up; empty
+	// for a request that met none.
+	RecordID string
 	// TraceID and SpanID are the request's span, when it has one (a
 	// server with tracing on): the line's "trace_id" and "span_id", in
 	// lowercase hex as OpenTelemetry writes them (32 and 16 digits), so
@@ -189,6 +194,11 @@ func (h *Handler) LogRequest(ctx context.Context, r Request) error {
 	b = jsonw.String(b, r.ClientIP)
 	b = append(b, `","bytes":`...)
 	b = strconv.AppendInt(b, int64(r.Bytes), 10)
+	if r.RecordID != "" {
+		b = append(b, `,"record_id":"`...)
+		b = jsonw.String(b, r.RecordID)
+		b = append(b, '"')
+	}
 	if r.traced() {
 		b = append(b, `,"trace_id":"`...)
 		b = hex.AppendEncode(b, r.TraceID[:])
@@ -222,6 +232,9 @@ func (r Request) Record() slog.Record {
 		slog.String("client_ip", r.ClientIP),
 		slog.Int("bytes", r.Bytes),
 	)
+	if r.RecordID != "" {
+		rec.AddAttrs(slog.String("record_id", r.RecordID))
+	}
 	if r.traced() {
 		rec.AddAttrs(
 			slog.String("trace_id", hex.EncodeToString(r.TraceID[:])),

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"log/slog"
 	"math"
+	"strings"
 	"testing"
 	"time"
 )
@@ -155,6 +156,12 @@ func TestLogRequestWritesWhatJSONHandlerWrites(t *testing.T) {
 		{Time: at, Level: slog.LevelInfo, Path: "/span-without-trace", SpanID: spanID},
 		{Level: slog.LevelInfo, Path: "/traced-no-time", DurationMS: 1, TraceID: traceID, SpanID: spanID},
 		{Time: at, Level: slog.LevelInfo, Path: "/traced-nan", DurationMS: math.NaN(), TraceID: traceID, SpanID: spanID},
+		{Time: at, Level: slog.LevelInfo, RequestID: "r", Method: "POST", Path: "/orders", Status: 201, DurationMS: 0.5, ClientIP: "10.0.0.1", Bytes: 40,
+			RecordID: "idem:" + strings.Repeat("0f", 32)},
+		{Time: at, Level: slog.LevelError, Path: "/recorded-traced-error", Status: 503, DurationMS: 3, RecordID: "token:648159969924932521",
+			TraceID: traceID, SpanID: spanID, Err: errors.New("store: unavailable")},
+		{Time: at, Level: slog.LevelInfo, Path: "/recorded-odd", RecordID: "b64:\"<\u2028\xff"},
+		{Level: slog.LevelInfo, Path: "/recorded-no-time", DurationMS: 1, RecordID: "token:1"},
 	}
 	for _, r := range cases {
 		t.Run(r.Path, func(t *testing.T) {
@@ -182,7 +189,7 @@ func FuzzLogRequest(f *testing.F) {
 	f.Add("r", "GET", "/readyz", "::1", true, "down", 503, 2.0, traceID[:], []byte(nil))
 	f.Fuzz(func(t *testing.T, id, method, path, ip string, hasErr bool, errText string, status int, d float64, traceID, spanID []byte) {
 		r := Request{Time: time.Unix(1700000000, 123).UTC(), Level: slog.LevelInfo, RequestID: id, Method: method, Path: path,
-			Status: status, DurationMS: d, ClientIP: ip, Bytes: len(path)}
+			Status: status, DurationMS: d, ClientIP: ip, Bytes: len(path), RecordID: method}
 		copy(r.TraceID[:], traceID)
 		copy(r.SpanID[:], spanID)
 		if hasErr {
