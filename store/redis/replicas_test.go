@@ -54,6 +54,8 @@ func newFailoverClient(t testing.TB) *goredis.Client {
 		MasterName:            server(t, envSentinelMaster),
 		SentinelAddrs:         strings.Split(server(t, envSentinelAddrs), ","),
 		ContextTimeoutEnabled: true,
+		ReadTimeout:           contextOnly,
+		WriteTimeout:          contextOnly,
 	})
 }
 
@@ -282,7 +284,7 @@ func TestMinReplicas(t *testing.T) {
 	// whose client's commands hook counts.
 	newStore := func(t *testing.T, prefix string, hook *commandCounter, opts ...redis.Option) *redis.Store {
 		client := goredis.NewClient(&goredis.Options{Addr: master.Addr(), Username: user, Password: pass, ContextTimeoutEnabled: true,
-			MaintNotificationsConfig: noMaintNotifications()})
+			ReadTimeout: contextOnly, WriteTimeout: contextOnly, MaintNotificationsConfig: noMaintNotifications()})
 		if hook != nil {
 			client.AddHook(hook)
 		}
@@ -422,7 +424,7 @@ func TestMinReplicasCluster(t *testing.T) {
 	client := func() *goredis.ClusterClient {
 		addrs := []string{masters[0].Options().Addr, masters[1].Options().Addr}
 		return goredis.NewClusterClient(&goredis.ClusterOptions{Addrs: addrs, ContextTimeoutEnabled: true,
-			MaintNotificationsConfig: noMaintNotifications()})
+			ReadTimeout: contextOnly, WriteTimeout: contextOnly, MaintNotificationsConfig: noMaintNotifications()})
 	}
 
 	t.Run("conformance, every change acknowledged by a replica", func(t *testing.T) {
