@@ -678,14 +678,17 @@ func TestUpstreamUnavailable(t *testing.T) {
 // inside it is proxied, past it the client gets 502. Only the timeout
 // itself takes real time: the app answers when the test lets it.
 func TestUpstreamTimeout(t *testing.T) {
-	const timeout = 300 * time.Millisecond
 	for _, tc := range []struct {
-		name   string
-		answer bool // the app answers as soon as it has the request; else only after the 502
-		status int
+		name    string
+		answer  bool // the app answers as soon as it has the request; else only after the 502
+		timeout time.Duration
+		status  int
 	}{
-		{"an answer inside the timeout is proxied", true, http.StatusCreated},
-		{"no answer inside the timeout is 502", false, http.StatusBadGateway},
+		// The request, the app's answer and the response must fit in
+		// the timeout however loaded the machine: the default.
+		{"an answer inside the timeout is proxied", true, gateway.DefaultTimeout, http.StatusCreated},
+		// Nothing fits in it: it runs out whatever the load, so it is short.
+		{"no answer inside the timeout is 502", false, 300 * time.Millisecond, http.StatusBadGateway},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			a := newApp(t)
@@ -695,7 +698,7 @@ func TestUpstreamTimeout(t *testing.T) {
 				<-release
 				w.WriteHeader(http.StatusCreated)
 			}
-			gw := serve(t, a.url(t), "", gateway.WithTimeout(timeout))
+			gw := serve(t, a.url(t), "", gateway.WithTimeout(tc.timeout))
 			if tc.answer {
 				go func() {
 					<-started
@@ -709,8 +712,8 @@ func TestUpstreamTimeout(t *testing.T) {
 			if status != tc.status || (status == http.StatusBadGateway && problemCode(body) != "upstream_unavailable") {
 				t.Fatalf("= %d %s, want %d", status, body, tc.status)
 			}
-			if elapsed := time.Since(begin); !tc.answer && elapsed < timeout {
-				t.Fatalf("502 after %v, before the timeout %v", elapsed, timeout)
+			if elapsed := time.Since(begin); !tc.answer && elapsed < tc.timeout {
+				t.Fatalf("502 after %v, before the timeout %v", elapsed, tc.timeout)
 			}
 		})
 	}
@@ -754,10 +757,14 @@ func TestUnknownOutcomeAbandonsTheRecord(t *testing.T) {
 		name    string
 		respond func(release <-chan struct{}) http.HandlerFunc
 		status  int // what the first client gets; 0: a broken connection
+		// timeout is the gateway's for the first request: short where it
+		// must run out, the default where the app's own failure must
+		// come first however loaded the machine.
+		timeout time.Duration
 	}{
 		{"the app does not answer in time", func(release <-chan struct{}) http.HandlerFunc {
 			return func(w http.ResponseWriter, r *http.Request) { <-release }
-		}, http.StatusBadGateway},
+		}, http.StatusBadGateway, 100 * time.Millisecond},
 		{"the app's answer breaks off after its status", func(<-chan struct{}) http.HandlerFunc {
 			return func(w http.ResponseWriter, r *http.Request) {
 				w.Header().Set("Content-Length", "100")
@@ -766,7 +773,7 @@ func TestUnknownOutcomeAbandonsTheRecord(t *testing.T) {
 				_ = http.NewResponseController(w).Flush() // the status reaches the gateway
 				panic(http.ErrAbortHandler)               // the app's server drops the connection
 			}
-		}, 0},
+		}, 0, gateway.DefaultTimeout},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			a := newApp(t)
@@ -777,8 +784,12 @@ func TestUnknownOutcomeAbandonsTheRecord(t *testing.T) {
 			st := memory.New(memory.WithClock(clock.Now))
 			t.Cleanup(func() { _ = st.Close() })
 			keeper := idempotency.New(st, idempotency.WithClock(clock.Now), idempotency.WithLockTTL(time.Minute))
-			gw := serve(t, a.url(t), "routes:\n  - {match: \"POST /orders\", policy: idempotency_key, required: true}\n",
-				gateway.WithKeeper(keeper), gateway.WithTimeout(100*time.Millisecond))
+			const routes = "routes:\n  - {match: \"POST /orders\", policy: idempotency_key, required: true}\n"
+			gw := serve(t, a.url(t), routes, gateway.WithKeeper(keeper), gateway.WithTimeout(tc.timeout))
+			// The retry must reach the app and back however loaded the
+			// machine: through a gateway with the default timeout, on the
+			// same records.
+			calm := serve(t, a.url(t), routes, gateway.WithKeeper(keeper))
 			send := func() (*http.Response, error) {
 				return http.DefaultClient.Do(newRequest(t, "POST", gw.URL+"/orders", "{}", "Idempotency-Key", `"k1"`))
 			}
@@ -804,10 +815,10 @@ func TestUnknownOutcomeAbandonsTheRecord(t *testing.T) {
 			a.mu.Lock()
 			a.respond = nil
 			a.mu.Unlock()
-			if status, _, body := do(t, newRequest(t, "POST", gw.URL+"/orders", "{}", "Idempotency-Key", `"k1"`)); status != http.StatusCreated {
+			if status, _, body := do(t, newRequest(t, "POST", calm.URL+"/orders", "{}", "Idempotency-Key", `"k1"`)); status != http.StatusCreated {
 				t.Fatalf("retry after the lease = %d %s", status, body)
 			}
-			if status, h, _ := do(t, newRequest(t, "POST", gw.URL+"/orders", "{}", "Idempotency-Key", `"k1"`)); status != http.StatusCreated || h.Get("Idempotent-Replayed") != "true" {
+			if status, h, _ := do(t, newRequest(t, "POST", calm.URL+"/orders", "{}", "Idempotency-Key", `"k1"`)); status != http.StatusCreated || h.Get("Idempotent-Replayed") != "true" {
 				t.Fatalf("duplicate of the retry = %d %v", status, h)
 			}
 			if n := len(a.requests()); n != 2 {

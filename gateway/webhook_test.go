@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -27,6 +28,7 @@ const (
 	hookSecret    = "whsec_czNjcjN0LW9mLXRoZS1zdGFuZGFyZC1yb3V0ZQ=="
 	hookSecretOld = "whsec_czNjcjN0LW9mLWxhc3QteWVhcg=="
 	githubSecret  = "s3cr3t of the github route"
+	slackSecret   = "s3cr3t of the slack route"
 )
 
 // leaked reports whether s shows any of the test secrets, as they are or
@@ -230,6 +232,15 @@ func githubDelivery(t *testing.T, target, id, body string) *http.Request {
 	return newRequest(t, "POST", target, body, "X-Hub-Signature-256", "sha256="+hex.EncodeToString(m.Sum(nil)), "X-GitHub-Delivery", id)
 }
 
+// slackDelivery is a Slack request to target, signed at ts.
+func slackDelivery(t *testing.T, target string, ts time.Time, body string, extra ...string) *http.Request {
+	t.Helper()
+	stamp := strconv.FormatInt(ts.Unix(), 10)
+	m := hmac.New(sha256.New, []byte(slackSecret))
+	m.Write([]byte("v0:" + stamp + ":" + body))
+	return newRequest(t, "POST", target, body, append([]string{"X-Slack-Signature", "v0=" + hex.EncodeToString(m.Sum(nil)), "X-Slack-Request-Timestamp", stamp}, extra...)...)
+}
+
 const webhookRoutes = `routes:
   - match: "POST /hooks/billing"
     policy: webhook
@@ -239,10 +250,14 @@ const webhookRoutes = `routes:
     policy: webhook
     scheme: github
     secret_env: GITHUB_SECRET
+  - match: "POST /hooks/slack"
+    policy: webhook
+    scheme: slack
+    secret_env: SLACK_SECRET
 `
 
 func webhookEnv(t *testing.T) gateway.Option {
-	env := map[string]string{"BILLING_SECRETS": hookSecretOld + ", " + hookSecret, "GITHUB_SECRET": githubSecret}
+	env := map[string]string{"BILLING_SECRETS": hookSecretOld + ", " + hookSecret, "GITHUB_SECRET": githubSecret, "SLACK_SECRET": slackSecret}
 	return gateway.WithGetenv(func(k string) string { return env[k] })
 }
 
@@ -334,6 +349,27 @@ func TestWebhookPolicy(t *testing.T) {
 		}
 		if n := len(a.requests()) - before; n != 1 {
 			t.Fatalf("the app ran %d times", n)
+		}
+	})
+
+	t.Run("slack: an event's retry, signed anew, gets the stored answer; the app runs once with the event_id", func(t *testing.T) {
+		before := len(a.requests())
+		body := `{"type":"event_callback","event_id":"Ev0PV52K25","event":{"type":"app_mention"}}`
+		ts := time.Now()
+		s, _, first := do(t, slackDelivery(t, gw.URL+"/hooks/slack", ts, body, "Content-Type", "application/json"))
+		if s != http.StatusCreated {
+			t.Fatalf("first = %d %s", s, first)
+		}
+		retry := slackDelivery(t, gw.URL+"/hooks/slack", ts.Add(time.Minute), body, "Content-Type", "application/json", "X-Slack-Retry-Num", "1", "X-Slack-Retry-Reason", "http_timeout")
+		if s, h, b := do(t, retry); s != http.StatusCreated || h.Get("Idempotent-Replayed") != "true" || b != first {
+			t.Fatalf("retry = %d %v %s, want the first answer replayed", s, h, b)
+		}
+		got := a.requests()[before:]
+		if len(got) != 1 {
+			t.Fatalf("the app ran %d times, want 1", len(got))
+		}
+		if id := got[0].Header.Get(gateway.WebhookIDHeader); id != "event_id=Ev0PV52K25" {
+			t.Fatalf("Replayguard-Webhook-Id = %q, want event_id=Ev0PV52K25", id)
 		}
 	})
 

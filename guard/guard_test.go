@@ -92,13 +92,14 @@ var recordStores = []struct {
 			t.Fatalf("REPLAYGUARD_TEST_REDIS_URL: %v", err)
 		}
 		opt.ContextTimeoutEnabled = true
+		opt.ReadTimeout, opt.WriteTimeout = -1, -1 // the store's timeout alone bounds a call, not go-redis's 3s
 		s := redisstore.New(goredis.NewClient(opt), redisstore.WithPrefix(uniqueRedisPrefix(t)), redisstore.WithTimeout(5*time.Second))
 		t.Cleanup(func() { _ = s.Close() })
 		return s
 	}},
 	{"cluster", func(t testing.TB) store.Store {
 		addrs := strings.Split(testenv.Var(t, "REPLAYGUARD_TEST_REDIS_CLUSTER_ADDRS"), ",")
-		c := goredis.NewClusterClient(&goredis.ClusterOptions{Addrs: addrs, ContextTimeoutEnabled: true})
+		c := goredis.NewClusterClient(&goredis.ClusterOptions{Addrs: addrs, ContextTimeoutEnabled: true, ReadTimeout: -1, WriteTimeout: -1})
 		s := redisstore.New(c, redisstore.WithPrefix(uniqueRedisPrefix(t)), redisstore.WithTimeout(5*time.Second))
 		t.Cleanup(func() { _ = s.Close() })
 		return s

@@ -34,7 +34,7 @@ var tokenRecordStores = append([]struct {
 }{
 	{"miniredis", func(t testing.TB) store.Store {
 		mr := miniredis.RunT(t)
-		s := redisstore.New(goredis.NewClient(&goredis.Options{Addr: mr.Addr(), ContextTimeoutEnabled: true}), redisstore.WithTimeout(10*time.Second))
+		s := redisstore.New(goredis.NewClient(&goredis.Options{Addr: mr.Addr(), ContextTimeoutEnabled: true, ReadTimeout: -1, WriteTimeout: -1}), redisstore.WithTimeout(10*time.Second))
 		t.Cleanup(func() { _ = s.Close() })
 		return s
 	}},

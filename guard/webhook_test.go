@@ -357,15 +357,36 @@ func TestRequireWebhookRunsEachDeliveryOnce(t *testing.T) {
 				}
 			})
 
-			t.Run("slack: a retry with a new signature runs again; the same request does not", func(t *testing.T) {
+			t.Run("slack: an event's retry, signed anew, gets the stored answer; the app runs once", func(t *testing.T) {
+				e := newHookEnv(t, shape, &hookApp{}, nil, nil)
+				body := `{"type":"event_callback","event_id":"Ev9UQ52YNA","event":{"type":"app_mention"}}`
+				ts := time.Now()
+				first := e.do(slackDelivery(ts, body))
+				if first.Code != http.StatusCreated || first.Header().Get("Idempotent-Replayed") != "" {
+					t.Fatalf("first = %d %v %s", first.Code, first.Header(), first.Body)
+				}
+				// Slack's retry: a new timestamp, so a new signature, and X-Slack-Retry-Num.
+				r := slackDelivery(ts.Add(time.Minute), body)
+				r.Header.Set("X-Slack-Retry-Num", "1")
+				r.Header.Set("X-Slack-Retry-Reason", "http_timeout")
+				retry := e.do(r)
+				if retry.Code != http.StatusCreated || retry.Header().Get("Idempotent-Replayed") != "true" || retry.Body.String() != first.Body.String() {
+					t.Fatalf("retry = %d %v %s", retry.Code, retry.Header(), retry.Body)
+				}
+				if n := e.app.count("event_id=Ev9UQ52YNA"); n != 1 {
+					t.Fatalf("the app ran %d times, want 1 (runs %v)", n, e.app.runs)
+				}
+			})
+
+			t.Run("slack: a slash command is keyed by its signature: the same request replays, a new one runs", func(t *testing.T) {
 				e := newHookEnv(t, shape, &hookApp{}, nil, nil)
 				ts := time.Now()
-				first := e.do(slackDelivery(ts, "payload=1"))
-				same := e.do(slackDelivery(ts, "payload=1"))
-				retry := e.do(slackDelivery(ts.Add(time.Second), "payload=1"))
+				first := e.do(slackDelivery(ts, "command=%2Fdeploy&text=prod"))
+				same := e.do(slackDelivery(ts, "command=%2Fdeploy&text=prod"))
+				again := e.do(slackDelivery(ts.Add(time.Second), "command=%2Fdeploy&text=prod"))
 				if first.Code != http.StatusCreated || same.Header().Get("Idempotent-Replayed") != "true" ||
-					retry.Code != http.StatusCreated || retry.Header().Get("Idempotent-Replayed") != "" {
-					t.Fatalf("first %d, same %d %v, retry %d %v", first.Code, same.Code, same.Header(), retry.Code, retry.Header())
+					again.Code != http.StatusCreated || again.Header().Get("Idempotent-Replayed") != "" {
+					t.Fatalf("first %d, same %d %v, again %d %v", first.Code, same.Code, same.Header(), again.Code, again.Header())
 				}
 			})
 

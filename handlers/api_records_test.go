@@ -83,7 +83,7 @@ var apiStores = []struct {
 		clk := newFakeClock()
 		mr := miniredis.RunT(t)
 		mr.SetTime(clk.Now())
-		client := goredis.NewClient(&goredis.Options{Addr: mr.Addr(), ContextTimeoutEnabled: true})
+		client := goredis.NewClient(&goredis.Options{Addr: mr.Addr(), ContextTimeoutEnabled: true, ReadTimeout: -1, WriteTimeout: -1})
 		st := redisstore.New(client, redisstore.WithTimeout(10*time.Second)) // entries expire on miniredis's clock, moved by advance
 		t.Cleanup(func() { _ = st.Close() })
 		return st, clk.Now, func(d time.Duration) {

@@ -824,13 +824,14 @@ var nonceStores = []struct {
 			t.Fatalf("%s: %v", envURL, err)
 		}
 		opt.ContextTimeoutEnabled = true
+		opt.ReadTimeout, opt.WriteTimeout = -1, -1 // the store's timeout alone bounds a call, not go-redis's 3s
 		s := redisstore.New(goredis.NewClient(opt), redisstore.WithPrefix(uniquePrefix(t)), redisstore.WithTimeout(5*time.Second))
 		t.Cleanup(func() { s.Close() })
 		return s
 	}},
 	{"cluster", func(t testing.TB) store.Store {
 		addrs := strings.Split(server(t, envCluster), ",")
-		c := goredis.NewClusterClient(&goredis.ClusterOptions{Addrs: addrs, ContextTimeoutEnabled: true})
+		c := goredis.NewClusterClient(&goredis.ClusterOptions{Addrs: addrs, ContextTimeoutEnabled: true, ReadTimeout: -1, WriteTimeout: -1})
 		s := redisstore.New(c, redisstore.WithPrefix(uniquePrefix(t)), redisstore.WithTimeout(5*time.Second))
 		t.Cleanup(func() { s.Close() })
 		return s

@@ -53,7 +53,11 @@
 // at most 25,600 IDs a second and waits for the next 10ms tick beyond
 // that. Every instance that shares a store needs its own machine ID (see
 // WithMachineID); a collision is refused by the store's set-if-absent and
-// retried with a fresh ID.
+// retried with a fresh ID. Without WithMachineID the machine ID is the
+// lower 16 bits of the host's private IPv4 address or, on a host without
+// one (a container, an IPv6-only host, a CI runner), a random one, which
+// Service.MachineID reports so that a program can log it, as the server
+// does.
 //
 // # Example
 //

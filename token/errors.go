@@ -26,8 +26,11 @@ var (
 	// ErrBadRequest: an issue or redeem request is malformed (bad purpose,
 	// TTL or subject).
 	ErrBadRequest = errors.New("token: bad request")
-	// ErrNoMachineID: sonyflake found no private IPv4 address to derive a
-	// machine ID from; pass WithMachineID.
+	// ErrNoMachineID was returned by New on a host without a private
+	// IPv4 address.
+	//
+	// Deprecated: New no longer returns it: it falls back to a random
+	// machine ID (see WithMachineID and Service.MachineID).
 	ErrNoMachineID = errors.New("token: no machine ID")
 	// ErrBadKeys: a signing key specification is malformed.
 	ErrBadKeys = errors.New("token: bad signing keys")

@@ -138,6 +138,9 @@ type Service struct {
 	ttl, maxTTL time.Duration
 	leeway      time.Duration
 	machineID   *uint16
+	// randomID: no machine ID was set and the host has no private IPv4
+	// address, so machineID is random (see WithMachineID).
+	randomID bool
 }
 
 // Option configures a Service.
@@ -152,8 +155,12 @@ func WithDefaultTTL(d time.Duration) Option { return func(s *Service) { s.ttl = 
 func WithMaxTTL(d time.Duration) Option { return func(s *Service) { s.maxTTL = d } }
 
 // WithMachineID sets the sonyflake machine ID. Give every instance that
-// shares a store its own ID. Defaults to the lower 16 bits of the host's
-// private IPv4 address; New returns ErrNoMachineID when there is none.
+// shares a store its own ID (recommended). Defaults to the lower 16 bits
+// of the host's private IPv4 address or, on a host without one (a
+// container without a private network, IPv6 only, some CI runners), a
+// random ID from crypto/rand, which MachineID reports: instances sharing
+// a store may then collide, which costs retries (see Issue), never a
+// token issued twice.
 func WithMachineID(id uint16) Option { return func(s *Service) { s.machineID = &id } }
 
 // WithLeeway sets the clock skew tolerated when checking exp. Defaults to
@@ -210,19 +217,9 @@ func New(st store.Store, keys []Key, opts ...Option) (*Service, error) {
 	if s.ttl < MinTTL || s.ttl > s.maxTTL {
 		return nil, fmt.Errorf("token: default TTL %v is outside [%v, %v]", s.ttl, MinTTL, s.maxTTL)
 	}
-	settings := sonyflake.Settings{}
-	if s.machineID != nil {
-		id := *s.machineID
-		settings.MachineID = func() (uint16, error) { return id, nil }
+	if err := s.newFlake(); err != nil {
+		return nil, err
 	}
-	flake, err := sonyflake.New(settings)
-	if err != nil {
-		if errors.Is(err, sonyflake.ErrNoPrivateAddress) {
-			return nil, fmt.Errorf("%w: %v", ErrNoMachineID, err)
-		}
-		return nil, fmt.Errorf("token: sonyflake: %w", err)
-	}
-	s.flake = flake
 	for _, k := range keys {
 		t := jwt.New(jwt.SigningMethodHS256)
 		t.Header["kid"] = k.ID
@@ -250,10 +247,49 @@ func New(st store.Store, keys []Key, opts ...Option) (*Service, error) {
 	return s, nil
 }
 
-// RandomMachineID returns a random sonyflake machine ID from crypto/rand,
-// for hosts without a private IPv4 address. Two instances sharing a store
-// may still collide; issuing never overwrites a live token, but set
-// distinct IDs explicitly where you can.
+// newSonyflake is sonyflake.New; tests replace it to play a host without
+// a private IPv4 address.
+var newSonyflake = sonyflake.New
+
+// newFlake sets s.flake under the machine ID of WithMachineID, else the
+// lower 16 bits of the host's private IPv4 address, else a random one
+// (s.randomID), and records the ID in s.machineID.
+func (s *Service) newFlake() error {
+	var id uint16
+	settings := sonyflake.Settings{CheckMachineID: func(m uint16) bool { id = m; return true }}
+	if s.machineID != nil {
+		set := *s.machineID
+		settings.MachineID = func() (uint16, error) { return set, nil }
+	}
+	flake, err := newSonyflake(settings)
+	if s.machineID == nil && errors.Is(err, sonyflake.ErrNoPrivateAddress) {
+		random, rerr := RandomMachineID()
+		if rerr != nil {
+			return rerr
+		}
+		settings.MachineID = func() (uint16, error) { return random, nil }
+		flake, err = newSonyflake(settings)
+		s.randomID = true
+	}
+	if err != nil {
+		return fmt.Errorf("token: sonyflake: %w", err)
+	}
+	s.flake, s.machineID = flake, &id
+	return nil
+}
+
+// MachineID returns the sonyflake machine ID in the IDs s issues, and
+// whether it is random: no WithMachineID and no private IPv4 address on
+// the host, so another instance sharing the store may draw the same one.
+// Set it with WithMachineID (REPLAYGUARD_MACHINE_ID for the server) where
+// that matters.
+func (s *Service) MachineID() (id uint16, random bool) { return *s.machineID, s.randomID }
+
+// RandomMachineID returns a random sonyflake machine ID from crypto/rand:
+// what New uses on a host without a private IPv4 address when no
+// WithMachineID is given. Two instances sharing a store may still
+// collide; issuing never overwrites a live token, but set distinct IDs
+// explicitly where you can.
 func RandomMachineID() (uint16, error) {
 	var b [2]byte
 	if _, err := rand.Read(b[:]); err != nil {

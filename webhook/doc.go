@@ -13,7 +13,7 @@
 //	standard  webhook-signature: v1,… / v1a,…     id.timestamp.body       webhook-id
 //	stripe    Stripe-Signature: t=…,v1=…          t.body                  the event's "id"
 //	github    X-Hub-Signature-256: sha256=…       body                    X-GitHub-Delivery
-//	slack     X-Slack-Signature: v0=…             v0:timestamp:body       the X-Slack-Signature value
+//	slack     X-Slack-Signature: v0=…             v0:timestamp:body       the body's event_id (Events API), else the X-Slack-Signature value
 //
 // Verification touches no store: running each delivery once is the job of
 // guard.RequireWebhook, which verifies first and only then opens the

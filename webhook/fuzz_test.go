@@ -1,8 +1,10 @@
 package webhook_test
 
 import (
+	"encoding/json"
 	"errors"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -70,6 +72,44 @@ func FuzzVerify(f *testing.F) {
 			if n != 1 {
 				t.Fatalf("%s: %v wraps %d sentinels, want 1", scheme, err, n)
 			}
+		}
+	})
+}
+
+// FuzzSlackKey signs arbitrary bodies as Slack would and checks the key
+// Verify derives from them: one of the three kinds, fit to key a record,
+// and the signature itself unless the body is a JSON object. Run it with
+//
+//	go test -fuzz=FuzzSlackKey ./webhook/
+func FuzzSlackKey(f *testing.F) {
+	for _, body := range []string{
+		`{"type":"event_callback","event_id":"Ev1"}`,
+		`{"type":"url_verification","challenge":"c"}`,
+		`{"event_id":"\u0000"}`, `{"event_id":{"event_id":"x"}}`, `{"event_id":"Ev1","event_id":"Ev2"}`,
+		`{`, `[]`, `null`, "payload=%7B%7D", "",
+	} {
+		f.Add([]byte(body))
+	}
+	v, err := webhook.New(webhook.Slack, []string{slackSecret2}, webhook.WithClock(func() time.Time { return now }))
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		h := slackHeaders(slackSecret2, now.Unix(), string(body))
+		d, err := v.Verify(h, body)
+		if err != nil {
+			t.Fatalf("a signed body is refused: %v", err)
+		}
+		kind, _, _ := strings.Cut(d.ID, "=")
+		switch {
+		case len(d.ID) > webhook.MaxIDLength || strings.ContainsFunc(d.ID, func(r rune) bool { return r <= ' ' || r >= 0x7f }):
+			t.Fatalf("ID %q cannot key a record", d.ID)
+		case kind == "v0" && d.ID != h.Get("X-Slack-Signature"):
+			t.Fatalf("ID %q, want the signature %q", d.ID, h.Get("X-Slack-Signature"))
+		case kind != "v0" && kind != "event_id" && kind != "challenge":
+			t.Fatalf("ID %q is of no known kind", d.ID)
+		case kind != "v0" && !json.Valid(body):
+			t.Fatalf("ID %q from a body that is not JSON", d.ID)
 		}
 	})
 }

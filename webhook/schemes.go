@@ -1,6 +1,7 @@
 package webhook
 
 import (
+	"bytes"
 	"crypto/ed25519"
 	"crypto/hmac"
 	"crypto/sha256"
@@ -183,8 +184,7 @@ func (v *Verifier) verifyGitHub(f fields, body []byte) (Delivery, error) {
 }
 
 // verifySlack checks a Slack request: X-Slack-Signature "v0=<hex>" over
-// "v0:timestamp:body". The key is the signature, in lowercase hex, so
-// that another spelling of the same signature is the same delivery.
+// "v0:timestamp:body". The key is slackID's.
 func (v *Verifier) verifySlack(f fields, body []byte) (Delivery, error) {
 	hexSig, found := strings.CutPrefix(f.signature, "v0=")
 	sig, err := hex.DecodeString(hexSig)
@@ -206,7 +206,63 @@ func (v *Verifier) verifySlack(f fields, body []byte) (Delivery, error) {
 	if err := v.checkTime(ts); err != nil {
 		return Delivery{}, err
 	}
-	return Delivery{Scheme: Slack, ID: "v0=" + hex.EncodeToString(sig), Timestamp: time.Unix(ts, 0).UTC()}, nil
+	return Delivery{Scheme: Slack, ID: slackID(sig, body), Timestamp: time.Unix(ts, 0).UTC()}, nil
+}
+
+// The kinds of a Slack delivery's key, each the ID's prefix up to "=",
+// so that keys of two kinds never collide.
+const (
+	slackKindEvent     = "event_id="  // an Events API event: the body's event_id
+	slackKindChallenge = "challenge=" // an Events API url_verification: its challenge
+	slackKindSignature = "v0="        // anything else: the signature, in lowercase hex
+)
+
+// slackID is the key of a verified Slack request: an Events API event
+// runs once by its event_id, which Slack keeps when it retries
+// (X-Slack-Retry-Num) under a new timestamp and signature; a
+// url_verification by its challenge. Slash commands and interactivity
+// (form-encoded) carry no ID: their key is the signature, in lowercase
+// hex, so that another spelling of the same signature is the same
+// delivery. A body that is not a JSON object, or whose ID is not a
+// string that checkID accepts, falls back to the signature.
+func slackID(sig, body []byte) string {
+	if id, ok := slackEventID(body); ok {
+		return id
+	}
+	return slackKindSignature + hex.EncodeToString(sig)
+}
+
+// slackEventID returns the kind-prefixed ID of an Events API body: a
+// JSON object with a string event_id, or of type url_verification with a
+// string challenge (members matched exactly, not case-insensitively).
+// Only a body whose first non-blank byte is "{" is decoded, into its
+// top-level members: the work and memory are linear in the body, which
+// the caller bounds.
+func slackEventID(body []byte) (string, bool) {
+	if j := bytes.TrimLeft(body, " \t\r\n"); len(j) == 0 || j[0] != '{' {
+		return "", false
+	}
+	var ev map[string]json.RawMessage
+	if err := json.Unmarshal(body, &ev); err != nil {
+		return "", false
+	}
+	str := func(name string) string {
+		var s string
+		if raw, ok := ev[name]; !ok || json.Unmarshal(raw, &s) != nil {
+			return ""
+		}
+		return s
+	}
+	var id string
+	if s := str("event_id"); s != "" {
+		id = slackKindEvent + s
+	} else if s := str("challenge"); s != "" && str("type") == "url_verification" {
+		id = slackKindChallenge + s
+	}
+	if id == "" || checkID("a Slack delivery's id", id) != nil {
+		return "", false
+	}
+	return id, true
 }
 
 // hmacs returns the HMAC-SHA256 of msg under each key.

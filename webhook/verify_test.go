@@ -311,3 +311,55 @@ func added(h http.Header, name, value string) http.Header {
 	c.Add(name, value)
 	return c
 }
+
+// TestVerifySlackKey: an Events API event is keyed by its event_id, the
+// same on every retry Slack signs anew; a url_verification by its
+// challenge; everything else by the signature. Each key names its kind,
+// so that keys of two kinds never collide.
+func TestVerifySlackKey(t *testing.T) {
+	ts := now.Unix()
+	sig := func(ts int64, body string) string {
+		return slackHeaders(slackSecret2, ts, body).Get("X-Slack-Signature")
+	}
+	const event = `{"token":"z26uFbvR1xHJEdHE1OQiO6t8","team_id":"T061EG9RZ","api_app_id":"A0FFV41KK",` +
+		`"event":{"type":"reaction_added","user":"U061F1EUR","reaction":"slightly_smiling_face","event_ts":"1465244570.336841"},` +
+		`"type":"event_callback","event_id":"Ev9UQ52YNA","event_time":1234567890}`
+	const challenge = `{"token":"Jhj5dZrVaK7ZwHHjRyZWjbDl","challenge":"3eZbrw1aBm2rZgRNFdxV2595E9CY3gmdALWMmHkvFXO7tYXAYM8P","type":"url_verification"}`
+	long := `{"event_id":"` + strings.Repeat("E", webhook.MaxIDLength) + `"}`
+	tests := []struct {
+		name string
+		ts   int64
+		body string
+		want string
+	}{
+		{"an Events API event: its event_id", ts, event, "event_id=Ev9UQ52YNA"},
+		{"its retry, signed anew a minute later: the same key", ts + 60, event, "event_id=Ev9UQ52YNA"},
+		{"white space before the object", ts, " \n" + event, "event_id=Ev9UQ52YNA"},
+		{"url_verification: its challenge", ts, challenge, "challenge=3eZbrw1aBm2rZgRNFdxV2595E9CY3gmdALWMmHkvFXO7tYXAYM8P"},
+		{"an event_id that spells a signature key stays an event_id key", ts, `{"event_id":"` + sig(ts, "x") + `"}`, "event_id=" + sig(ts, "x")},
+		{"a slash command (form-encoded): the signature", ts, "command=%2Fweather&text=94070", sig(ts, "command=%2Fweather&text=94070")},
+		{"interactivity (payload=JSON, form-encoded): the signature", ts, `payload=%7B%22type%22%3A%22block_actions%22%7D`, sig(ts, `payload=%7B%22type%22%3A%22block_actions%22%7D`)},
+		{"a JSON object without event_id (app_rate_limited): the signature", ts, `{"type":"app_rate_limited","team_id":"T1"}`, sig(ts, `{"type":"app_rate_limited","team_id":"T1"}`)},
+		{"a challenge outside url_verification: the signature", ts, `{"type":"event_callback","challenge":"c"}`, sig(ts, `{"type":"event_callback","challenge":"c"}`)},
+		{"an event_id that is not a string: the signature", ts, `{"event_id":7}`, sig(ts, `{"event_id":7}`)},
+		{"an empty event_id: the signature", ts, `{"event_id":""}`, sig(ts, `{"event_id":""}`)},
+		{"event_id spelled EVENT_ID: the signature", ts, `{"EVENT_ID":"Ev1"}`, sig(ts, `{"EVENT_ID":"Ev1"}`)},
+		{"an event_id with a line break: the signature", ts, `{"event_id":"Ev1\nX-Evil: 1"}`, sig(ts, `{"event_id":"Ev1\nX-Evil: 1"}`)},
+		{"an event_id too long with its prefix: the signature", ts, long, sig(ts, long)},
+		{"a broken JSON object: the signature", ts, `{"event_id":"Ev1"`, sig(ts, `{"event_id":"Ev1"`)},
+		{"a JSON array: the signature", ts, `[{"event_id":"Ev1"}]`, sig(ts, `[{"event_id":"Ev1"}]`)},
+		{"an empty body: the signature", ts, "", sig(ts, "")},
+	}
+	v, err := webhook.New(webhook.Slack, []string{slackSecret2}, webhook.WithClock(func() time.Time { return now }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			d, err := v.Verify(slackHeaders(slackSecret2, tc.ts, tc.body), []byte(tc.body))
+			if err != nil || d.ID != tc.want {
+				t.Fatalf("Verify = %+v, %v; want ID %q", d, err, tc.want)
+			}
+		})
+	}
+}

@@ -60,8 +60,12 @@ const (
 	// X-GitHub-Delivery, which GitHub does not sign.
 	GitHub Scheme = "github"
 	// Slack is Slack's X-Slack-Signature: "v0=<hex HMAC-SHA256 of
-	// v0:timestamp:body>" with X-Slack-Request-Timestamp. Slack sends no
-	// delivery ID: the key is the signature itself.
+	// v0:timestamp:body>" with X-Slack-Request-Timestamp. Slack signs
+	// each retry anew, so the key comes from the body where it can: an
+	// Events API event's event_id ("event_id=<id>"), a url_verification's
+	// challenge ("challenge=<challenge>"); requests that carry no ID
+	// (slash commands, interactivity) are keyed by the signature itself
+	// ("v0=<hex>").
 	Slack Scheme = "slack"
 )
 
@@ -100,8 +104,14 @@ type Delivery struct {
 	// Scheme is the scheme that verified it.
 	Scheme Scheme
 	// ID is the key it runs once under: webhook-id (Standard), the
-	// event's id (Stripe), X-GitHub-Delivery (GitHub), or the
-	// X-Slack-Signature value as "v0=" and lowercase hex (Slack).
+	// event's id (Stripe), X-GitHub-Delivery (GitHub). A Slack ID names
+	// its kind before "=", so that keys of two kinds never collide:
+	// "event_id=" and the body's event_id for an Events API event (the
+	// same on every retry), "challenge=" and the challenge for a
+	// url_verification, else "v0=" and the X-Slack-Signature in
+	// lowercase hex (slash commands, interactivity, and a body that is
+	// not a JSON object or whose ID is not 1 to MaxIDLength visible
+	// ASCII characters with its prefix).
 	ID string
 	// Timestamp is the signed time, in UTC; the zero Time for GitHub,
 	// which signs none.

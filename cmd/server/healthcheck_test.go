@@ -77,8 +77,10 @@ func TestHealthcheck(t *testing.T) {
 				}
 				return ""
 			}, &out, &errOut)
-			if d := time.Since(start); d > healthcheckTimeout+time.Second {
-				t.Errorf("took %v, want at most %v", d, healthcheckTimeout)
+			// Bounded by the timeout (the hanging server never answers);
+			// as long again is for a loaded machine.
+			if d := time.Since(start); d > 2*healthcheckTimeout {
+				t.Errorf("took %v, want at most %v (and as long again for a loaded machine)", d, healthcheckTimeout)
 			}
 			if code != tc.want {
 				t.Errorf("exit %d, want %d; stdout %q, stderr %q", code, tc.want, out.String(), errOut.String())

@@ -153,16 +153,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, out io.
 		topts = append(topts, token.WithMachineID(*cfg.MachineID))
 	}
 	svc, err := token.New(inst, keys, topts...)
-	if errors.Is(err, token.ErrNoMachineID) {
-		id, rerr := token.RandomMachineID()
-		if rerr != nil {
-			return rerr
-		}
-		log.Warn("no private IPv4 address for the sonyflake machine ID: using a random one; set REPLAYGUARD_MACHINE_ID", "machine_id", id)
-		svc, err = token.New(inst, keys, append(topts, token.WithMachineID(id))...)
-	}
 	if err != nil {
 		return err
+	}
+	if id, random := svc.MachineID(); random {
+		log.Warn("no private IPv4 address for the sonyflake machine ID: using a random one; set REPLAYGUARD_MACHINE_ID", "machine_id", id)
 	}
 
 	opts := []handlers.Option{

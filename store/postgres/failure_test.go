@@ -143,8 +143,10 @@ func TestUnreachableDatabase(t *testing.T) {
 			const timeout = 100 * time.Millisecond
 			s := postgres.New(poolAt(t, addr(t)), postgres.WithTimeout(timeout), postgres.WithCleanupInterval(time.Hour))
 			defer s.Close()
-			// Each call bounded by the timeout, with a margin for -race.
-			expectUnavailable(t, context.Background(), s, nil, timeout+time.Second)
+			// Each call bounded by the timeout; the margin is for a loaded
+			// machine, and still far below what would end a call without
+			// it (nothing: no connect timeout, a silent server).
+			expectUnavailable(t, context.Background(), s, nil, timeout+loadedTimeout)
 		})
 	}
 }
@@ -156,10 +158,12 @@ func TestCanceledContext(t *testing.T) {
 	defer s.Close()
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	expectUnavailable(t, ctx, s, context.Canceled, 100*time.Millisecond)
+	// At once: well inside loadedTimeout, which allows for a loaded
+	// machine, and far from the hour a call that waited would take.
+	expectUnavailable(t, ctx, s, context.Canceled, loadedTimeout)
 	ctx, cancel = context.WithDeadline(context.Background(), time.Now().Add(-time.Second))
 	defer cancel()
-	expectUnavailable(t, ctx, s, context.DeadlineExceeded, 100*time.Millisecond)
+	expectUnavailable(t, ctx, s, context.DeadlineExceeded, loadedTimeout)
 }
 
 // TestClosedStoreRefusesCalls needs no database: calls after Close never
@@ -172,7 +176,7 @@ func TestClosedStoreRefusesCalls(t *testing.T) {
 	if err := s.Close(); err != nil {
 		t.Fatalf("second Close: %v", err)
 	}
-	expectUnavailable(t, context.Background(), s, store.ErrClosed, 100*time.Millisecond)
+	expectUnavailable(t, context.Background(), s, store.ErrClosed, loadedTimeout)
 }
 
 // TestCloseLeavesNoGoroutines runs the cleanup goroutine against a
@@ -215,29 +219,33 @@ func TestServerStopsAnswering(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer proxied.Close()
+	// The timeout that must run out, while the database is silent; calls
+	// that must succeed, or end by their caller's cancel, go through
+	// patient, whose timeout a loaded machine cannot reach.
 	const timeout = 200 * time.Millisecond
 	s := postgres.New(proxied, postgres.WithTimeout(timeout), postgres.WithCleanupInterval(time.Hour))
 	defer s.Close()
+	patient := postgres.New(proxied, postgres.WithTimeout(loadedTimeout), postgres.WithCleanupInterval(time.Hour))
+	defer patient.Close()
 
 	ctx := context.Background()
 	id := storetest.ID()
-	if ok, err := s.Put(ctx, id, tokenP, time.Minute); err != nil || !ok {
+	if ok, err := patient.Put(ctx, id, tokenP, time.Minute); err != nil || !ok {
 		t.Fatalf("Put through the proxy = %v, %v", ok, err)
 	}
 	p.freeze()
 
-	// A redemption canceled by its caller while the database is silent.
+	// A redemption canceled by its caller while the database is silent:
+	// the cancel, not the store's timeout, ends it.
 	cctx, cancel := context.WithCancel(ctx)
 	time.AfterFunc(50*time.Millisecond, cancel)
-	start := time.Now()
-	if res, _, err := s.Redeem(cctx, id, tokenP, "", 0); !errors.Is(err, store.ErrUnavailable) || !errors.Is(err, context.Canceled) {
+	if res, _, err := patient.Redeem(cctx, id, tokenP, "", 0); !errors.Is(err, store.ErrUnavailable) || !errors.Is(err, context.Canceled) {
 		t.Fatalf("canceled Redeem = %v, %v; want an error wrapping store.ErrUnavailable and context.Canceled", res, err)
 	}
-	if d := time.Since(start); d > timeout+time.Second {
-		t.Fatalf("canceled Redeem returned after %v", d)
-	}
 
-	expectUnavailable(t, ctx, s, context.DeadlineExceeded, timeout+time.Second)
+	// Each call bounded by the timeout; the margin is for a loaded
+	// machine, and still far below pgx's 15s of draining.
+	expectUnavailable(t, ctx, s, context.DeadlineExceeded, timeout+loadedTimeout)
 
 	// The token is still there, once.
 	for _, want := range []store.RedeemResult{store.Redeemed, store.Absent} {

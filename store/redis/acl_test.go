@@ -46,6 +46,7 @@ func TestConformanceACLUser(t *testing.T) {
 		opt := admin.Options()
 		limited := *opt
 		limited.Username, limited.Password = user, pass
+		limited.ReadTimeout, limited.WriteTimeout = contextOnly, contextOnly // Options() holds 0 for them, which is 3s again
 		client := goredis.NewClient(&limited)
 		t.Cleanup(func() { _ = client.Close() })
 		s := redis.New(client, redis.WithPrefix(uniquePrefix(t)), redis.WithTimeout(loadedTimeout))

@@ -38,12 +38,24 @@ func noMaintNotifications() *maintnotifications.Config {
 // link up.
 const setupTimeout = 30 * time.Second
 
+// stallTimeout is the store timeout of the calls that must fail because
+// no replica acknowledges them: each waits it out, less waitMargin,
+// with WAIT. What the test waits for first is the change's own script,
+// which must finish inside it for the failure to be ErrNotReplicated
+// rather than a plain timeout: on a loaded two-core machine under -race
+// a script's round trip has been seen to take 300ms, so a few hundred
+// milliseconds would be a race with the machine's load. Calls that must
+// succeed get loadedTimeout instead.
+const stallTimeout = 2 * time.Second
+
 func newFailoverClient(t testing.TB) *goredis.Client {
 	t.Helper()
 	return goredis.NewFailoverClient(&goredis.FailoverOptions{
 		MasterName:            server(t, envSentinelMaster),
 		SentinelAddrs:         strings.Split(server(t, envSentinelAddrs), ","),
 		ContextTimeoutEnabled: true,
+		ReadTimeout:           contextOnly,
+		WriteTimeout:          contextOnly,
 	})
 }
 
@@ -177,9 +189,13 @@ type outcome struct {
 // changes makes one of each change on s, every one of which must succeed
 // and alter something, under keys of its own unique to tag; and Allow.
 // An outcome's error is non-nil when the call failed or changed nothing.
+// Calls on different keys run concurrently, those on one key in order:
+// a change that waits out its WAIT delays only the changes after it on
+// its key.
 func changes(ctx context.Context, s *redis.Store, tag string) map[string]outcome {
 	tok := store.Token{Purpose: "p"}
 	id, rec, key := "c-"+tag, "r-"+tag, "k-"+tag
+	var mu sync.Mutex
 	out := map[string]outcome{}
 	call := func(name string, f func() (bool, error)) {
 		start := time.Now()
@@ -187,32 +203,46 @@ func changes(ctx context.Context, s *redis.Store, tag string) map[string]outcome
 		if err == nil && !ok {
 			err = errors.New("changed nothing")
 		}
+		mu.Lock()
 		out[name] = outcome{err, time.Since(start)}
+		mu.Unlock()
 	}
-	call("Put", func() (bool, error) { return s.Put(ctx, id, tok, time.Minute) })
-	call("Put nonce", func() (bool, error) { return s.Put(ctx, store.NonceKey("k", tag), store.Token{}, time.Minute) })
-	call("Put the record's token", func() (bool, error) { return s.Put(ctx, rec, tok, time.Minute) })
-	call("Redeem", func() (bool, error) {
-		res, _, err := s.Redeem(ctx, id, tok, "", 0)
-		return res == store.Redeemed, err
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		call("Put", func() (bool, error) { return s.Put(ctx, id, tok, time.Minute) })
+		call("Redeem", func() (bool, error) {
+			res, _, err := s.Redeem(ctx, id, tok, "", 0)
+			return res == store.Redeemed, err
+		})
 	})
-	call("Redeem with a record", func() (bool, error) {
-		res, _, err := s.Redeem(ctx, rec, tok, "o", time.Minute)
-		return res == store.Redeemed, err
+	wg.Go(func() {
+		call("Put nonce", func() (bool, error) { return s.Put(ctx, store.NonceKey("k", tag), store.Token{}, time.Minute) })
 	})
-	call("Complete a token's record", func() (bool, error) {
-		return s.Complete(ctx, store.TokenRecordKey(rec), "o", []byte("done"), time.Minute)
+	wg.Go(func() {
+		call("Put the record's token", func() (bool, error) { return s.Put(ctx, rec, tok, time.Minute) })
+		call("Redeem with a record", func() (bool, error) {
+			res, _, err := s.Redeem(ctx, rec, tok, "o", time.Minute)
+			return res == store.Redeemed, err
+		})
+		call("Complete a token's record", func() (bool, error) {
+			return s.Complete(ctx, store.TokenRecordKey(rec), "o", []byte("done"), time.Minute)
+		})
 	})
-	call("Acquire", func() (bool, error) {
-		_, ok, err := s.Acquire(ctx, key, "fp", "o", time.Minute)
-		return ok, err
+	wg.Go(func() {
+		call("Acquire", func() (bool, error) {
+			_, ok, err := s.Acquire(ctx, key, "fp", "o", time.Minute)
+			return ok, err
+		})
+		call("Renew", func() (bool, error) { return s.Renew(ctx, key, "o", time.Minute) })
+		call("Release", func() (bool, error) { return s.Release(ctx, key, "o") })
 	})
-	call("Renew", func() (bool, error) { return s.Renew(ctx, key, "o", time.Minute) })
-	call("Release", func() (bool, error) { return s.Release(ctx, key, "o") })
-	call("Allow", func() (bool, error) {
-		ok, _, err := s.Allow(ctx, "a-"+tag, store.Limit{Rate: 10, Burst: 10, Period: time.Second})
-		return ok, err
+	wg.Go(func() {
+		call("Allow", func() (bool, error) {
+			ok, _, err := s.Allow(ctx, "a-"+tag, store.Limit{Rate: 10, Burst: 10, Period: time.Second})
+			return ok, err
+		})
 	})
+	wg.Wait()
 	return out
 }
 
@@ -250,17 +280,25 @@ func TestMinReplicas(t *testing.T) {
 	if err := admin.Do(ctx, args...).Err(); err != nil {
 		t.Fatalf("ACL SETUSER: %v", err)
 	}
-	newStore := func(t *testing.T, opts ...redis.Option) *redis.Store {
+	// newStore returns a store under prefix (the test's own when empty),
+	// whose client's commands hook counts.
+	newStore := func(t *testing.T, prefix string, hook *commandCounter, opts ...redis.Option) *redis.Store {
 		client := goredis.NewClient(&goredis.Options{Addr: master.Addr(), Username: user, Password: pass, ContextTimeoutEnabled: true,
-			MaintNotificationsConfig: noMaintNotifications()})
-		s := redis.New(client, append([]redis.Option{redis.WithPrefix(uniquePrefix(t))}, opts...)...)
+			ReadTimeout: contextOnly, WriteTimeout: contextOnly, MaintNotificationsConfig: noMaintNotifications()})
+		if hook != nil {
+			client.AddHook(hook)
+		}
+		if prefix == "" {
+			prefix = uniquePrefix(t)
+		}
+		s := redis.New(client, append([]redis.Option{redis.WithPrefix(prefix)}, opts...)...)
 		t.Cleanup(func() { _ = s.Close() })
 		return s
 	}
 
 	t.Run("conformance, every change acknowledged by the replica", func(t *testing.T) {
 		storetest.Run(t, func(t *testing.T) storetest.Instance {
-			s := newStore(t, redis.WithTimeout(loadedTimeout), redis.WithMinReplicas(1))
+			s := newStore(t, "", nil, redis.WithTimeout(loadedTimeout), redis.WithMinReplicas(1))
 			return storetest.Instance{
 				Store: s, Limiter: s, Now: time.Now, Advance: time.Sleep,
 				TTL: pttl(t, admin, s.TokenKey), RecordTTL: pttl(t, admin, s.RecordKey),
@@ -269,18 +307,22 @@ func TestMinReplicas(t *testing.T) {
 	})
 
 	t.Run("with the replica stopped a change fails, a refusal does not wait", func(t *testing.T) {
-		// WAIT gets 450ms of it: a refusal that waited would show.
-		const timeout = 600 * time.Millisecond
-		s := newStore(t, redis.WithTimeout(timeout), redis.WithMinReplicas(1))
-		plain := newStore(t, redis.WithTimeout(timeout))
+		t.Parallel() // with the next: each waits out its WAITs
+		prefix := uniquePrefix(t)
+		hook := &commandCounter{}
+		s := newStore(t, prefix, hook, redis.WithTimeout(stallTimeout), redis.WithMinReplicas(1))
+		// For the calls that must succeed: the same keys, time enough.
+		plain := newStore(t, prefix, nil, redis.WithTimeout(loadedTimeout))
+		confirmed := newStore(t, prefix, nil, redis.WithTimeout(loadedTimeout), redis.WithMinReplicas(1))
 		tok := store.Token{Purpose: "p"}
 		// Prepared while the replica runs: what the calls below refuse.
-		if ok, err := s.Put(ctx, "taken", tok, time.Minute); err != nil || !ok {
+		if ok, err := confirmed.Put(ctx, "taken", tok, time.Minute); err != nil || !ok {
 			t.Fatalf("put = %v, %v", ok, err)
 		}
-		if _, ok, err := s.Acquire(ctx, "held", "fp", "owner", time.Minute); err != nil || !ok {
+		if _, ok, err := confirmed.Acquire(ctx, "held", "fp", "owner", time.Minute); err != nil || !ok {
 			t.Fatalf("acquire = %v, %v", ok, err)
 		}
+		changes(ctx, s, "warm") // s's pool has written, and its scripts are loaded
 		// Every connection in the pool has written by now, so a WAIT on
 		// any connection but the change's own would return at once.
 		resume := stopped(t, rc)
@@ -292,8 +334,10 @@ func TestMinReplicas(t *testing.T) {
 				}
 			case !errors.Is(o.err, redis.ErrNotReplicated) || !errors.Is(o.err, store.ErrUnavailable):
 				t.Errorf("%s with the replica stopped = %v; want ErrNotReplicated, which wraps store.ErrUnavailable", name, o.err)
-			case o.took > timeout+time.Second:
-				t.Errorf("%s took %v, want the store timeout (%v), plus slack", name, o.took, timeout)
+			case o.took > stallTimeout+loadedTimeout:
+				// Bounded by the store's timeout, not WAIT 0's forever;
+				// the slack is for the machine's load.
+				t.Errorf("%s took %v, want the store timeout (%v), plus slack", name, o.took, stallTimeout)
 			}
 		}
 		refusals := []struct {
@@ -326,12 +370,13 @@ func TestMinReplicas(t *testing.T) {
 			}},
 		}
 		for _, r := range refusals {
-			start := time.Now()
+			// A refusal that waited would send WAIT: counted, not timed.
+			hook.reset()
 			if err := r.call(); err != nil {
 				t.Errorf("%s with the replica stopped: %v", r.name, err)
 			}
-			if took := time.Since(start); took > timeout/2 {
-				t.Errorf("%s took %v: a call that changes nothing must not wait", r.name, took)
+			if sent, waited := hook.counts(); sent == 0 || waited != 0 {
+				t.Errorf("%s sent %d commands, %d of them WAIT: a call that changes nothing must not wait", r.name, sent, waited)
 			}
 		}
 		// The unconfirmed changes were made on the master all the same:
@@ -342,7 +387,7 @@ func TestMinReplicas(t *testing.T) {
 		resume()
 		waitLinked(t, rc)
 		waitOnline(t, admin)
-		for name, o := range changes(ctx, s, "resumed") {
+		for name, o := range changes(ctx, confirmed, "resumed") {
 			if o.err != nil {
 				t.Errorf("%s after the replica resumed: %v", name, o.err)
 			}
@@ -350,7 +395,8 @@ func TestMinReplicas(t *testing.T) {
 	})
 
 	t.Run("two replicas asked, one connected", func(t *testing.T) {
-		s := newStore(t, redis.WithTimeout(200*time.Millisecond), redis.WithMinReplicas(2))
+		t.Parallel() // with the previous: each waits out its WAITs
+		s := newStore(t, "", nil, redis.WithTimeout(stallTimeout), redis.WithMinReplicas(2))
 		for name, o := range changes(ctx, s, "two") {
 			if name != "Allow" && !errors.Is(o.err, redis.ErrNotReplicated) {
 				t.Errorf("%s = %v, want ErrNotReplicated", name, o.err)
@@ -382,7 +428,7 @@ func TestMinReplicasCluster(t *testing.T) {
 	client := func() *goredis.ClusterClient {
 		addrs := []string{masters[0].Options().Addr, masters[1].Options().Addr}
 		return goredis.NewClusterClient(&goredis.ClusterOptions{Addrs: addrs, ContextTimeoutEnabled: true,
-			MaintNotificationsConfig: noMaintNotifications()})
+			ReadTimeout: contextOnly, WriteTimeout: contextOnly, MaintNotificationsConfig: noMaintNotifications()})
 	}
 
 	t.Run("conformance, every change acknowledged by a replica", func(t *testing.T) {
@@ -394,8 +440,7 @@ func TestMinReplicasCluster(t *testing.T) {
 
 	t.Run("WAIT goes to the master that took the write", func(t *testing.T) {
 		c := client()
-		s := redis.New(c, redis.WithPrefix(uniquePrefix(t)), redis.WithTimeout(300*time.Millisecond), redis.WithMinReplicas(1))
-		defer s.Close()
+		t.Cleanup(func() { _ = c.Close() })
 		ctx := context.Background()
 		master := func(key string) string {
 			m, err := c.MasterForKey(ctx, key)
@@ -405,30 +450,60 @@ func TestMinReplicasCluster(t *testing.T) {
 			return m.Options().Addr
 		}
 		stoppedMaster := masters[1].Options().Addr
-		// Two tags whose first token lands on either master; the other
-		// keys of a tag land where they land, and each change is judged
-		// by the master of its own key.
-		var tags []string
-		for i, on := 0, map[bool]bool{}; len(tags) < 2; i++ {
-			tag := "tag" + strconv.Itoa(i)
-			if st := master(s.TokenKey("c-"+tag)) == stoppedMaster; !on[st] {
-				on[st] = true
-				tags = append(tags, tag)
+		// Two tags under one prefix: every key of one on the master whose
+		// replica will stop, every key of the other on the other master.
+		// CRC16 is linear, so whether a tag's keys can share a master
+		// depends on the tag's length and, for the nonce key, which
+		// hashes whole, on the prefix: some prefixes have no such tag,
+		// and another is tried.
+		onOne := func(keys *redis.Store, tag string) (string, bool) {
+			var on string
+			for _, key := range changeKeys(keys, tag) {
+				if m := master(key); on == "" {
+					on = m
+				} else if m != on {
+					return "", false
+				}
+			}
+			return on, true
+		}
+		var prefix, running, stalled string
+		for attempt := 0; running == "" || stalled == ""; attempt++ {
+			if attempt == 100 {
+				t.Fatal("no prefix of 100 has a tag whose keys are all on either master")
+			}
+			prefix, running, stalled = uniquePrefix(t), "", ""
+			keys := redis.New(c, redis.WithPrefix(prefix)) // names keys only: never called, nor closed (that would close c)
+			for i := 0; i < 200 && (running == "" || stalled == ""); i++ {
+				tag := "tag" + strconv.Itoa(i)
+				if on, one := onOne(keys, tag); one && on == stoppedMaster && stalled == "" {
+					stalled = tag
+				} else if one && on != stoppedMaster && running == "" {
+					running = tag
+				}
 			}
 		}
-		changes(ctx, s, "warm") // the client has loaded COMMAND from some node
+		newStore := func(timeout time.Duration) *redis.Store {
+			s := redis.New(client(), redis.WithPrefix(prefix), redis.WithTimeout(timeout), redis.WithMinReplicas(1))
+			t.Cleanup(func() { _ = s.Close() })
+			return s
+		}
+		// Changes that must be confirmed get time enough; changes that
+		// must not wait out stallTimeout each.
+		ok, stall := newStore(loadedTimeout), newStore(stallTimeout)
+		// Both clients have loaded COMMAND and the scripts, and their
+		// pooled connections have written, while both replicas run.
+		changes(ctx, ok, "warm")
+		changes(ctx, stall, "warm")
 		stopped(t, replicas[1])
-		for _, tag := range tags {
-			keys := changeKeys(s, tag)
-			for name, o := range changes(ctx, s, tag) {
-				key, ok := keys[name]
-				switch {
-				case !ok: // Allow: never waits
-				case master(key) == stoppedMaster && !errors.Is(o.err, redis.ErrNotReplicated):
-					t.Errorf("%s on %s, whose replica is stopped = %v, want ErrNotReplicated", name, stoppedMaster, o.err)
-				case master(key) != stoppedMaster && o.err != nil:
-					t.Errorf("%s on %s, whose replica runs: %v", name, master(key), o.err)
-				}
+		for name, o := range changes(ctx, ok, running) {
+			if o.err != nil {
+				t.Errorf("%s on %s, whose replica runs: %v", name, master(changeKeys(ok, running)[name]), o.err)
+			}
+		}
+		for name, o := range changes(ctx, stall, stalled) {
+			if name != "Allow" && !errors.Is(o.err, redis.ErrNotReplicated) { // Allow never waits
+				t.Errorf("%s on %s, whose replica is stopped = %v, want ErrNotReplicated", name, stoppedMaster, o.err)
 			}
 		}
 	})
@@ -527,7 +602,8 @@ func TestNoReplicasSendsNoWait(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			mr := miniredis.RunT(t)
-			client := goredis.NewClient(&goredis.Options{Addr: mr.Addr(), ContextTimeoutEnabled: true})
+			client := goredis.NewClient(&goredis.Options{Addr: mr.Addr(), ContextTimeoutEnabled: true,
+				MaintNotificationsConfig: noMaintNotifications()})
 			hook := &commandCounter{}
 			client.AddHook(hook)
 			s := redis.New(client, tc.opts...)
@@ -551,11 +627,16 @@ func TestNoReplicasSendsNoWait(t *testing.T) {
 }
 
 // commandCounter is a go-redis hook that counts the commands a client
-// (and every Conn taken from it) sends, and the WAITs among them.
+// (and every Conn taken from it) sends, and the WAITs among them; not
+// those that set up a new connection, which changes opens as many as
+// it runs calls at once.
 type commandCounter struct {
 	mu           sync.Mutex
 	sent, waited int64
 }
+
+// connectionSetup are the commands go-redis sends on a new connection.
+var connectionSetup = map[string]bool{"hello": true, "auth": true, "client": true, "select": true}
 
 func (h *commandCounter) reset() {
 	h.mu.Lock()
@@ -573,6 +654,9 @@ func (h *commandCounter) DialHook(next goredis.DialHook) goredis.DialHook { retu
 
 func (h *commandCounter) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook {
 	return func(ctx context.Context, cmd goredis.Cmder) error {
+		if connectionSetup[cmd.Name()] {
+			return next(ctx, cmd)
+		}
 		h.mu.Lock()
 		h.sent++
 		if cmd.Name() == "wait" {
@@ -586,7 +670,11 @@ func (h *commandCounter) ProcessHook(next goredis.ProcessHook) goredis.ProcessHo
 func (h *commandCounter) ProcessPipelineHook(next goredis.ProcessPipelineHook) goredis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []goredis.Cmder) error {
 		h.mu.Lock()
-		h.sent += int64(len(cmds))
+		for _, c := range cmds {
+			if !connectionSetup[c.Name()] {
+				h.sent++
+			}
+		}
 		h.mu.Unlock()
 		return next(ctx, cmds)
 	}

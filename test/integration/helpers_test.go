@@ -219,6 +219,7 @@ func openRedis(t testing.TB, url, prefix string) *redisstore.Store {
 		t.Fatalf("%s: %v", envRedisURL, err)
 	}
 	opt.ContextTimeoutEnabled = true
+	opt.ReadTimeout, opt.WriteTimeout = -1, -1 // the store's timeout alone bounds a call, not go-redis's 3s
 	opt.PoolSize = 64
 	return redisstore.New(goredis.NewClient(opt), redisstore.WithPrefix(prefix), redisstore.WithTimeout(5*time.Second))
 }
@@ -229,6 +230,8 @@ func openCluster(t testing.TB, addrs, prefix string) *redisstore.Store {
 	client := goredis.NewClusterClient(&goredis.ClusterOptions{
 		Addrs:                 strings.Split(addrs, ","),
 		ContextTimeoutEnabled: true,
+		ReadTimeout:           -1, // the store's timeout alone bounds a call, not go-redis's 3s
+		WriteTimeout:          -1,
 		PoolSize:              64,
 	})
 	return redisstore.New(client, redisstore.WithPrefix(prefix), redisstore.WithTimeout(5*time.Second))

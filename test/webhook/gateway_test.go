@@ -228,8 +228,9 @@ func (e *e2e) scenarios(memoryStore bool, serverStarted time.Time) {
 	})
 
 	t.Run("ten redeliveries: one run, ten replays", func(t *testing.T) {
-		id, evt := e.id("msg_ten"), e.id("evt_ten")
+		id, evt, slackEvt := e.id("msg_ten"), e.id("evt_ten"), e.id("Ev_ten")
 		stripeBody := `{"id":"` + evt + `","object":"event"}`
+		slackBody := `{"type":"event_callback","event_id":"` + slackEvt + `","event":{"type":"app_mention"}}`
 		for _, c := range []struct {
 			name    string
 			deliver func(i int) *http.Request
@@ -243,6 +244,15 @@ func (e *e2e) scenarios(memoryStore bool, serverStarted time.Time) {
 			{"stripe", func(i int) *http.Request {
 				return e.stripe(t, time.Now().Add(time.Duration(i)*time.Second), stripeBody)
 			}, evt},
+			// Slack's retries of an Events API event: new timestamp and
+			// signature, X-Slack-Retry-Num; the event_id keys them.
+			{"slack", func(i int) *http.Request {
+				h := slackHeaders(e.sec.slack, time.Now().Add(time.Duration(i)*time.Second), slackBody)
+				if i > 0 {
+					h = append(h, "X-Slack-Retry-Num", strconv.Itoa(i), "X-Slack-Retry-Reason", "http_timeout")
+				}
+				return post(t, e.srv.base+"/hooks/slack", slackBody, append(h, "Content-Type", "application/json")...)
+			}, "event_id=" + slackEvt},
 		} {
 			first := send(c.deliver(0))
 			if first.status != http.StatusOK || first.replayed() {
