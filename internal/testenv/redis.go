@@ -178,6 +178,28 @@ func (r *RedisProcess) Kill() {
 	r.proc.kill()
 }
 
+// Pause sends SIGSTOP: the server stalls, as one descheduled or stuck on
+// a slow disk does. It keeps its port and its connections, and the
+// kernel still accepts new ones and the commands sent on them, but
+// nothing is read or answered until Continue. It does nothing if the
+// server has exited.
+func (r *RedisProcess) Pause() {
+	r.t.Helper()
+	if err := r.proc.signal(syscall.SIGSTOP); err != nil {
+		r.t.Fatalf("pausing %s: %v", r.Addr(), err)
+	}
+}
+
+// Continue sends SIGCONT: a paused server runs again and carries out the
+// commands that arrived meanwhile, even those whose clients gave up
+// waiting. It does nothing if the server has exited.
+func (r *RedisProcess) Continue() {
+	r.t.Helper()
+	if err := r.proc.signal(syscall.SIGCONT); err != nil {
+		r.t.Fatalf("continuing %s: %v", r.Addr(), err)
+	}
+}
+
 // Stop sends SIGTERM, the clean shutdown (which saves if persistence is
 // on), and waits up to 10s for the server to exit; past that it kills
 // the server and fails t. It does nothing if the server has exited.

@@ -216,3 +216,31 @@ func TestFindPostgresBin(t *testing.T) {
 		t.Fatalf("PostgresBin with %s=%s = %s", PostgresBinVar, d, got)
 	}
 }
+
+func TestRedisPauseContinue(t *testing.T) {
+	t.Parallel()
+	r := StartRedis(t, RedisServer(t))
+	addr := r.Addr()
+	do(t, addr, "SET", "k", "v1")
+
+	r.Pause()
+	ctx := context.Background()
+	// A command sent while paused gets no answer; its client gives up.
+	if v, err := respDoTimeout(ctx, 200*time.Millisecond, addr, "SET", "k", "v2"); err == nil {
+		t.Fatalf("SET answered %v while paused", v)
+	}
+	if !r.Running() {
+		t.Fatal("a paused server is not running")
+	}
+	r.Pause() // a second Pause does nothing more
+
+	r.Continue()
+	// The paused server carried out the command its client gave up on.
+	if got := do(t, addr, "GET", "k"); got != "v2" {
+		t.Fatalf("GET k after Continue = %v, want v2", got)
+	}
+	r.Continue() // a server that runs is unaffected
+	if got := do(t, addr, "PING"); got != "PONG" {
+		t.Fatalf("PING = %v", got)
+	}
+}
