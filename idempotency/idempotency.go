@@ -384,9 +384,10 @@ func found(rec store.Record) (Outcome, error) {
 
 // heartbeat renews the lease every lockTTL/4 until the
 // run ends or the lease is found lost. A renewal that fails with an error
-// is tried again soon (from 50ms, doubling up to the tick), so that the
-// first renewal after a stalled store comes back lands within a round
-// trip: the record then still has its grace.
+// is tried again soon (from 50ms, doubling up to 250ms or the tick,
+// whichever is shorter), so that the first renewal after a stalled store
+// comes back lands within the store's timeout and a quarter second: the
+// record then still has its grace.
 func (r *Run) heartbeat() {
 	defer close(r.done)
 	if f := r.k.onPanic; f != nil {
@@ -400,7 +401,7 @@ func (r *Run) heartbeat() {
 	every := max(r.k.lockTTL/4, time.Millisecond)
 	ticks, stop := r.k.ticker(every)
 	defer stop()
-	const firstRetry = 50 * time.Millisecond
+	const firstRetry, maxRenewRetry = 50 * time.Millisecond, 250 * time.Millisecond
 	backoff := firstRetry
 	var retry <-chan time.Time
 	for {
@@ -421,7 +422,7 @@ func (r *Run) heartbeat() {
 			}
 			return
 		case err != nil:
-			retry = time.After(min(backoff, every))
+			retry = time.After(min(backoff, every, maxRenewRetry))
 			backoff *= 2
 		default:
 			backoff = firstRetry
