@@ -60,6 +60,20 @@ func (s *stallingStore) waitFailures(t *testing.T, n int) {
 	}
 }
 
+// completePending opens the record of "key", stalls st and completes the
+// run with status, which the Keeper must then hold as pending.
+func completePending(t *testing.T, k *idempotency.Keeper, st *stallingStore, status int) {
+	t.Helper()
+	run, _, err := k.Start(context.Background(), "key", "fp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.stalled.Store(true)
+	if err := run.Complete(context.Background(), idempotency.Outcome{Status: status}); !errors.Is(err, idempotency.ErrPending) {
+		t.Fatalf("Complete = %v, want ErrPending", err)
+	}
+}
+
 // shutdown waits for the Keeper's background completions; the test's
 // deadline bounds it.
 func shutdown(t *testing.T, k *idempotency.Keeper) error {
@@ -111,14 +125,7 @@ func TestCompletionIsGivenUpWhenTheRecordIsReleasedMeanwhile(t *testing.T) {
 	st := newStallingStore(newMemory(t, nil))
 	k := idempotency.New(st)
 	ctx := context.Background()
-	run, _, err := k.Start(ctx, "key", "fp")
-	if err != nil {
-		t.Fatal(err)
-	}
-	st.stalled.Store(true)
-	if err := run.Complete(ctx, idempotency.Outcome{Status: 200}); !errors.Is(err, idempotency.ErrPending) {
-		t.Fatalf("Complete = %v, want ErrPending", err)
-	}
+	completePending(t, k, st, 200)
 	st.waitFailures(t, 1)
 	if ok, err := k.Release(ctx, "key"); !ok || err != nil { // an operator's release by hand
 		t.Fatalf("Release = %v, %v", ok, err)
@@ -141,14 +148,7 @@ func TestShutdownGivesUpWhatTheStoreNeverConfirms(t *testing.T) {
 	st := newStallingStore(newMemory(t, nil))
 	k := idempotency.New(st)
 	ctx := context.Background()
-	run, _, err := k.Start(ctx, "key", "fp")
-	if err != nil {
-		t.Fatal(err)
-	}
-	st.stalled.Store(true)
-	if err := run.Complete(ctx, idempotency.Outcome{Status: 200}); !errors.Is(err, idempotency.ErrPending) {
-		t.Fatalf("Complete = %v, want ErrPending", err)
-	}
+	completePending(t, k, st, 200)
 	st.waitFailures(t, 2)
 	sctx, cancel := context.WithCancel(ctx)
 	cancel() // no time left
@@ -160,7 +160,7 @@ func TestShutdownGivesUpWhatTheStoreNeverConfirms(t *testing.T) {
 	}
 	// After Shutdown gave up, a completion the store does not confirm is
 	// reported as the store's error, not retried.
-	run, _, err = k.Start(ctx, "other", "fp")
+	run, _, err := k.Start(ctx, "other", "fp")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -177,14 +177,7 @@ func TestHeartbeatKeepsAPendingRecordPastLeaseAndGrace(t *testing.T) {
 	ticks, ticker := manualTicker()
 	idempotency.SetTicker(k, ticker)
 	ctx := context.Background()
-	run, _, err := k.Start(ctx, "key", "fp")
-	if err != nil {
-		t.Fatal(err)
-	}
-	st.stalled.Store(true)
-	if err := run.Complete(ctx, idempotency.Outcome{Status: 202}); !errors.Is(err, idempotency.ErrPending) {
-		t.Fatalf("Complete = %v, want ErrPending", err)
-	}
+	completePending(t, k, st, 202)
 	for i := range 6 { // four minutes: twice the lease and grace
 		clk.Advance(40 * time.Second)
 		ticks <- clk.Now()
@@ -283,15 +276,8 @@ func TestACompletionThatLandedUnseenIsNotGivenUp(t *testing.T) {
 	st := newStallingStore(newMemory(t, nil))
 	k := idempotency.New(st)
 	ctx := context.Background()
-	run, _, err := k.Start(ctx, "key", "fp")
-	if err != nil {
-		t.Fatal(err)
-	}
-	st.stalled.Store(true)
 	st.landed.Store(true) // the store carries the completion out, but its reply is lost
-	if err := run.Complete(ctx, idempotency.Outcome{Status: 201}); !errors.Is(err, idempotency.ErrPending) {
-		t.Fatalf("Complete = %v, want ErrPending", err)
-	}
+	completePending(t, k, st, 201)
 	st.waitFailures(t, 1)
 	st.stalled.Store(false) // the retry finds the record completed already, by this run
 	if err := shutdown(t, k); err != nil {
